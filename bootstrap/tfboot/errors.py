@@ -1,0 +1,45 @@
+"""The one exception tfboot raises for bad configuration, and its parts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One invalid input: which variable, the value given, and what is accepted."""
+
+    variable: str
+    value: str | None
+    accepted: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        if self.value is None:
+            text = f"{self.variable}: {self.accepted}" if self.variable else self.accepted
+        else:
+            text = f"{self.variable}={self.value!r} is invalid: {self.accepted}"
+        return f"{text}; {self.hint}" if self.hint else text
+
+
+class ConfigError(ValueError):
+    """Invalid tfboot configuration. ``problems`` lists every invalid input found."""
+
+    def __init__(self, problems: list[Problem] | Problem | str) -> None:
+        if isinstance(problems, str):
+            problems = [Problem("", None, problems)]
+        elif isinstance(problems, Problem):
+            problems = [problems]
+        self.problems: list[Problem] = list(problems)
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        if len(self.problems) == 1:
+            return str(self.problems[0])
+        lines = [f"{len(self.problems)} problems in the tfboot configuration:"]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+# Tracebacks and reprs name the public path, tfboot.ConfigError.
+ConfigError.__module__ = "tfboot"

@@ -1,0 +1,62 @@
+"""What was applied and why: the ``tfboot:`` lines on stderr and the structured result."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from .plan import Plan
+from .settings import Settings
+
+PREFIX = "tfboot:"
+
+
+@dataclass
+class Result:
+    """The outcome of one configuration attempt."""
+
+    disabled: bool = False
+    settings: Settings | None = None
+    plan: Plan | None = None
+    calls: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def applied(self) -> bool:
+        return bool(self.calls) and self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        settings = self.settings
+        return {
+            "disabled": self.disabled,
+            "applied": self.applied,
+            "error": self.error,
+            "settings": {
+                name: {"value": value, "source": source}
+                for name, (value, source) in (settings.given.items() if settings else ())
+            },
+            "decisions": list(self.plan.decisions) if self.plan else [],
+            "calls": list(self.calls),
+            "warnings": list(self.warnings),
+        }
+
+
+def emit(kind: str, text: str) -> None:
+    """One line on stderr, prefixed so it can be grepped."""
+    label = "" if kind == "info" else f" {kind}:"
+    print(f"{PREFIX}{label} {text}", file=sys.stderr, flush=True)
+
+
+def log_result(result: Result, level: str) -> None:
+    """The info line (what was applied and why), warnings, and under debug every call."""
+    if level == "quiet":
+        return
+    for warning in result.warnings:
+        emit("warning", warning)
+    if level == "debug":
+        for call in result.calls:
+            emit("debug", call)
+    if result.plan is not None and not result.plan.empty:
+        emit("info", "configured TensorFlow: " + "; ".join(result.plan.decisions))

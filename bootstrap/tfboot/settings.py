@@ -1,0 +1,329 @@
+"""Parse and validate the env contract into ``Settings``; no TensorFlow here.
+
+Precedence: process environment > ``TFBOOT_ENV_FILE`` > device-plugin variables
+(``MEMORY_LIMIT_MB=auto``) > defaults. An empty value counts as unset. Every invalid
+value is collected, then raised together as one ``ConfigError``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from .deviceplugin import read_plugin_limit
+from .errors import ConfigError, Problem
+
+BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True,
+              "false": False, "0": False, "no": False, "off": False}  # fmt: skip
+BOOL_ACCEPTED = "expected true/false (also 1/0, yes/no, on/off)"
+MAX_SPLIT = 64
+PRECISION_POLICIES = ("mixed_float16", "mixed_bfloat16", "float32")
+
+# Variables that control tfboot itself: read from the process environment only.
+DISABLE = "TFBOOT_DISABLE"
+ENV_FILE = "TFBOOT_ENV_FILE"
+ON_ERROR = "TFBOOT_ON_ERROR"
+LOG = "TFBOOT_LOG"
+
+CpuThreads = Union[str, int]  # "auto", "host" or a positive count
+Split = Union[int, tuple[int, ...]]  # N logical devices, or their MiB sizes
+
+
+def _word(value: str) -> str:
+    return value.strip().lower()
+
+
+def parse_bool(name: str, value: str) -> bool:
+    """``true``/``false`` and their usual spellings, case-insensitive."""
+    try:
+        return BOOL_WORDS[_word(value)]
+    except KeyError:
+        raise ConfigError(Problem(name, value, BOOL_ACCEPTED)) from None
+
+
+def _choice(*words: str) -> Callable[[str, str], str]:
+    accepted = "expected one of " + ", ".join(words)
+
+    def parse(name: str, value: str) -> str:
+        if _word(value) not in words:
+            raise ConfigError(Problem(name, value, accepted))
+        return _word(value)
+
+    return parse
+
+
+def _positive_int(text: str) -> int | None:
+    text = text.strip()
+    if not text.isdigit() or not text.isascii():
+        return None
+    number = int(text)
+    return number if number > 0 else None
+
+
+def parse_visible_gpu(name: str, value: str) -> tuple[int, ...] | None:
+    """``all`` -> None, ``none`` -> (), ``1`` or ``0,2`` -> indexes (no repeats)."""
+    accepted = "expected all, none, a GPU index such as 1, or a list such as 0,2"
+    word = _word(value)
+    if word == "all":
+        return None
+    if word == "none":
+        return ()
+    parts = [p.strip() for p in value.split(",")]
+    if not all(p.isdigit() and p.isascii() for p in parts):
+        raise ConfigError(Problem(name, value, accepted))
+    indexes = tuple(int(p) for p in parts)
+    repeated = sorted({i for i in indexes if indexes.count(i) > 1})
+    if repeated:
+        raise ConfigError(
+            Problem(name, value, accepted, f"index {repeated[0]} is listed more than once")
+        )
+    return indexes
+
+
+def parse_memory_limit(name: str, value: str) -> int | str:
+    """A positive number of MiB, or ``auto`` (take the device plugin's share)."""
+    if _word(value) == "auto":
+        return "auto"
+    number = _positive_int(value)
+    if number is None:
+        raise ConfigError(
+            Problem(name, value, "expected a positive integer number of MiB such as 6144, or auto")
+        )
+    return number
+
+
+def parse_split(name: str, value: str) -> Split:
+    """``N`` (1..64) logical devices per GPU, or their MiB sizes ``2048,2048,4096``."""
+    accepted = (
+        f"expected a count from 1 to {MAX_SPLIT} such as 2, "
+        "or a list of MiB sizes such as 2048,2048,4096"
+    )
+    if "," not in value:
+        count = _positive_int(value)
+        if count is None or count > MAX_SPLIT:
+            hint = (
+                f"for one logical GPU of {count} MiB use MEMORY_LIMIT_MB={count}"
+                if count is not None
+                else ""
+            )
+            raise ConfigError(Problem(name, value, accepted, hint))
+        return count
+    sizes = tuple(_positive_int(part) for part in value.split(","))
+    if any(size is None for size in sizes) or len(sizes) > MAX_SPLIT:
+        raise ConfigError(Problem(name, value, accepted))
+    return tuple(s for s in sizes if s is not None)
+
+
+def parse_cpu_threads(name: str, value: str) -> CpuThreads:
+    """``auto`` (CPU quota), ``host`` (TensorFlow's default) or a positive count."""
+    word = _word(value)
+    if word in ("auto", "host"):
+        return word
+    number = _positive_int(value)
+    if number is None:
+        raise ConfigError(Problem(name, value, "expected auto, host or a positive integer"))
+    return number
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One configuration variable of the contract."""
+
+    name: str
+    parse: Callable[[str, str], Any]
+    accepted: str
+    default: Any
+    gpu_only: bool = False
+
+
+CONTRACT: tuple[Variable, ...] = (
+    Variable("VISIBLE_GPU", parse_visible_gpu, "all | none | index | i,j,...", None, True),
+    Variable("MEMORY_LIMIT_MB", parse_memory_limit, "positive MiB | auto", None, True),
+    Variable("VIRTUAL_SPLIT", parse_split, f"N (1..{MAX_SPLIT}) | MiB sizes a,b,...", 1),
+    Variable("MEMORY_GROWTH", parse_bool, "bool", None, True),
+    Variable("CPU_THREADS", parse_cpu_threads, "auto | host | positive integer", "auto"),
+    Variable("SOFT_PLACEMENT", parse_bool, "bool", None),
+    Variable("LOG_DEVICE_PLACEMENT", parse_bool, "bool", None),
+    Variable("XLA_JIT", parse_bool, "bool", None),
+    Variable("MIXED_PRECISION", _choice(*PRECISION_POLICIES), " | ".join(PRECISION_POLICIES), None),
+    Variable("REQUIRE_GPU", parse_bool, "bool", False),
+)
+CONTROL: tuple[Variable, ...] = (
+    Variable(DISABLE, parse_bool, "bool", False),
+    Variable(ENV_FILE, str, "path of a .env file", None),
+    Variable(ON_ERROR, _choice("raise", "warn"), "raise | warn", "raise"),
+    Variable(LOG, _choice("quiet", "info", "debug"), "quiet | info | debug", "info"),
+)
+CONTRACT_NAMES = frozenset(v.name for v in CONTRACT)
+ALL_NAMES = CONTRACT_NAMES | {v.name for v in CONTROL}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated configuration, with where each value came from."""
+
+    visible_gpu: tuple[int, ...] | None = None
+    memory_limit_mb: int | None = None
+    memory_limit_per_gpu: dict[int, int] = field(default_factory=dict)
+    virtual_split: Split = 1
+    memory_growth: bool | None = None
+    cpu_threads: CpuThreads = "auto"
+    soft_placement: bool | None = None
+    log_device_placement: bool | None = None
+    xla_jit: bool | None = None
+    mixed_precision: str | None = None
+    require_gpu: bool = False
+    # variable -> (raw value, source) for every variable that was given
+    given: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    @property
+    def configured(self) -> bool:
+        """True when any contract variable was given (CPU_THREADS=auto aside)."""
+        return bool(self.given)
+
+    def source(self, name: str) -> str:
+        """Where ``name``'s value came from: env, file PATH, a device plugin, or default."""
+        return self.given[name][1] if name in self.given else "default"
+
+    def caps_mb(self, gpu_index: int) -> int | None:
+        """The cap for physical GPU ``gpu_index`` (its position in TF's list)."""
+        return self.memory_limit_per_gpu.get(gpu_index, self.memory_limit_mb)
+
+
+def _given(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name)
+    return value if value is not None and value.strip() else None
+
+
+def control(env: Mapping[str, str], name: str) -> Any:
+    """Parse one of tfboot's own control variables (``TFBOOT_*``) from ``env``."""
+    variable = next(v for v in CONTROL if v.name == name)
+    value = _given(env, name)
+    return variable.default if value is None else variable.parse(name, value)
+
+
+def disabled(env: Mapping[str, str] | None = None) -> bool:
+    """True when the kill switch ``TFBOOT_DISABLE`` is on."""
+    return bool(control(os.environ if env is None else env, DISABLE))
+
+
+def _layer(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """Contract values from the process env over the ``TFBOOT_ENV_FILE`` file's."""
+    layered: dict[str, tuple[str, str]] = {}
+    path = _given(env, ENV_FILE)
+    if path is not None:
+        from .envfile import read_env_file
+
+        for name, value in read_env_file(path, CONTRACT_NAMES).items():
+            if value.strip():
+                layered[name] = (value, f"file {path}")
+    for name in CONTRACT_NAMES:
+        value = _given(env, name)
+        if value is not None:
+            layered[name] = (value, "env")
+    return layered
+
+
+def resolve(env: Mapping[str, str] | None = None) -> Settings:
+    """Validate the whole contract; raise one ``ConfigError`` listing every problem."""
+    env = os.environ if env is None else env
+    problems: list[Problem] = []
+    for variable in CONTROL:
+        try:
+            control(env, variable.name)
+        except ConfigError as exc:
+            problems += exc.problems
+    try:
+        given = _layer(env)
+    except ConfigError as exc:
+        raise ConfigError(problems + exc.problems) from None
+
+    values: dict[str, Any] = {}
+    for variable in CONTRACT:
+        if variable.name not in given:
+            values[variable.name] = variable.default
+            continue
+        try:
+            values[variable.name] = variable.parse(variable.name, given[variable.name][0])
+        except ConfigError as exc:
+            problems += exc.problems
+
+    per_gpu: dict[int, int] = {}
+    if values.get("MEMORY_LIMIT_MB") == "auto":
+        limit = read_plugin_limit(env, problems)
+        if limit is None:
+            problems.append(
+                Problem(
+                    "MEMORY_LIMIT_MB",
+                    given["MEMORY_LIMIT_MB"][0],
+                    "auto takes the cap a GPU-sharing device plugin gave the container, "
+                    "but none is set",
+                    "looked for CUDA_DEVICE_MEMORY_LIMIT[_<i>] (HAMi) and "
+                    "ALIYUN_COM_GPU_MEM_CONTAINER (gpushare); set MEMORY_LIMIT_MB to a number",
+                )
+            )
+            values["MEMORY_LIMIT_MB"] = None
+        else:
+            values["MEMORY_LIMIT_MB"] = limit.default
+            per_gpu = limit.per_gpu
+            raw = given["MEMORY_LIMIT_MB"][0]
+            given["MEMORY_LIMIT_MB"] = (raw, limit.source)
+
+    problems += _cross_checks(env, values, per_gpu)
+    if problems:
+        raise ConfigError(problems)
+    return Settings(
+        visible_gpu=values["VISIBLE_GPU"],
+        memory_limit_mb=values["MEMORY_LIMIT_MB"],
+        memory_limit_per_gpu=per_gpu,
+        virtual_split=values["VIRTUAL_SPLIT"],
+        memory_growth=values["MEMORY_GROWTH"],
+        cpu_threads=values["CPU_THREADS"],
+        soft_placement=values["SOFT_PLACEMENT"],
+        log_device_placement=values["LOG_DEVICE_PLACEMENT"],
+        xla_jit=values["XLA_JIT"],
+        mixed_precision=values["MIXED_PRECISION"],
+        require_gpu=values["REQUIRE_GPU"],
+        given=given,
+    )
+
+
+def _cross_checks(
+    env: Mapping[str, str], values: dict[str, Any], per_gpu: dict[int, int]
+) -> list[Problem]:
+    """Checks between variables that need no device list."""
+    problems: list[Problem] = []
+    split = values.get("VIRTUAL_SPLIT")
+    caps = [c for c in [values.get("MEMORY_LIMIT_MB"), *per_gpu.values()] if isinstance(c, int)]
+    if isinstance(split, tuple) and caps and sum(split) > min(caps):
+        problems.append(
+            Problem(
+                "VIRTUAL_SPLIT",
+                ",".join(map(str, split)),
+                f"the sizes add up to {sum(split)} MiB, more than the cap of {min(caps)} MiB "
+                "(MEMORY_LIMIT_MB)",
+                "make the sizes fit the cap, or raise MEMORY_LIMIT_MB",
+            )
+        )
+    if isinstance(split, int) and caps and min(caps) < split:
+        problems.append(
+            Problem(
+                "VIRTUAL_SPLIT",
+                str(split),
+                f"{split} logical GPUs cannot share a cap of {min(caps)} MiB",
+            )
+        )
+    growth = values.get("MEMORY_GROWTH")
+    forced = env.get("TF_FORCE_GPU_ALLOW_GROWTH")
+    if growth is not None and forced is not None and forced != str(growth).lower():
+        problems.append(
+            Problem(
+                "MEMORY_GROWTH",
+                str(growth).lower(),
+                f"it contradicts TF_FORCE_GPU_ALLOW_GROWTH={forced!r}",
+                "set only one of them",
+            )
+        )
+    return problems

@@ -1,0 +1,102 @@
+"""Shared helpers for tests: run a fresh Python process with a controlled environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Every variable of the env contract, plus the ones that change TF's behaviour.
+# A scenario starts from the runner's environment minus all of these.
+CONTRACT_PREFIXES = ("TFBOOT_",)
+CONTRACT_VARS = frozenset(
+    {
+        "VISIBLE_GPU",
+        "MEMORY_LIMIT_MB",
+        "VIRTUAL_SPLIT",
+        "MEMORY_GROWTH",
+        "CPU_THREADS",
+        "SOFT_PLACEMENT",
+        "LOG_DEVICE_PLACEMENT",
+        "XLA_JIT",
+        "MIXED_PRECISION",
+        "REQUIRE_GPU",
+        "TF_NUM_INTRAOP_THREADS",
+        "TF_NUM_INTEROP_THREADS",
+        "TF_FORCE_GPU_ALLOW_GROWTH",
+        "TF_GPU_ALLOCATOR",
+        "TF_PLUGGABLE_DEVICE_LIBRARY_PATH",
+        "CUDA_DEVICE_MEMORY_LIMIT",
+        "ALIYUN_COM_GPU_MEM_CONTAINER",
+        "ALIYUN_COM_GPU_MEM_DEV",
+        "PYTHONPATH",
+    }
+)
+
+
+def scenario_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The current environment without any contract variable, plus ``extra``."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in CONTRACT_VARS
+        and not k.startswith(CONTRACT_PREFIXES)
+        and not k.startswith("CUDA_DEVICE_MEMORY_LIMIT_")
+    }
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env.update(extra or {})
+    return env
+
+
+def run_python(
+    code: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    python: str | os.PathLike[str] = sys.executable,
+    args: tuple[str, ...] = (),
+    cwd: str | os.PathLike[str] | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter with ``scenario_env(env)``."""
+    cmd = [str(python), *args, "-c", code]
+    return subprocess.run(
+        cmd,
+        env=scenario_env(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def run_module(
+    module_args: list[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    python: str | os.PathLike[str] = sys.executable,
+    cwd: str | os.PathLike[str] | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m <module_args>`` in a fresh interpreter with ``scenario_env(env)``."""
+    return subprocess.run(
+        [str(python), "-m", *module_args],
+        env=scenario_env(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def last_json(stdout: str) -> dict:
+    """The last line of ``stdout`` that parses as a JSON object."""
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            return json.loads(line)
+    raise AssertionError(f"no JSON object in output:\n{stdout}")
