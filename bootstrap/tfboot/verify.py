@@ -76,12 +76,12 @@ def _verify_one(tf: Any, device: str, limit_mb: int) -> dict[str, Any]:
     filled = in_use >= MIN_FILL * cap
     ok = next_failed and filled
     if ok:
-        detail = f"held {in_use / MIB:.0f} MiB of {limit_mb} MiB; one more block was refused"
+        detail = f"held {in_use // MIB} MiB of {limit_mb} MiB; one more block was refused"
     elif not next_failed:
         detail = f"an allocation past the {limit_mb} MiB cap succeeded: the cap is not enforced"
     else:
         detail = (
-            f"allocation failed at {in_use / MIB:.0f} MiB, below {MIN_FILL:.0%} "
+            f"allocation failed at {in_use // MIB} MiB, below {MIN_FILL:.0%} "
             f"of the {limit_mb} MiB cap"
         )
     return {

@@ -1,0 +1,184 @@
+"""The ``tfboot`` command line: show, check, doctor, manifests."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from . import __version__
+from .errors import ConfigError
+
+DESCRIPTION = """\
+tfboot applies environment variables to TensorFlow at `import tensorflow`, with no change
+to your code: which GPUs are visible (VISIBLE_GPU), a memory cap per GPU (MEMORY_LIMIT_MB),
+memory growth (MEMORY_GROWTH), logical GPUs per GPU (VIRTUAL_SPLIT), CPU threads
+(CPU_THREADS) and more. Commands:
+
+  show        the settings tfboot resolves from this environment, and where each came from
+              (does not import TensorFlow)
+  check       validate the environment, or a .env file; exit status 1 on any error
+  doctor      import TensorFlow, apply, and report the devices, memory and threads it sees
+  manifests   check Kubernetes manifests: env against resource limits, security context
+"""
+
+EPILOG = """\
+examples:
+  MEMORY_LIMIT_MB=6144 VIRTUAL_SPLIT=2 tfboot show
+  tfboot check --env-file deploy/tfboot.env
+  VIRTUAL_SPLIT=2 python -m tfboot doctor --json
+  kubectl kustomize k8s/overlays/virtual-split | tfboot manifests -
+"""
+
+
+def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
+    from .cpu import cpu_budget
+    from .settings import CONTRACT, CONTROL, resolve
+
+    settings = resolve(env)
+    rows = {}
+    for variable in CONTRACT + CONTROL:
+        if variable.name in settings.given:
+            value, source = settings.given[variable.name]
+        elif env.get(variable.name, "").strip():
+            value, source = env[variable.name], "env"
+        else:
+            value, source = variable.default, "default"
+        if isinstance(value, bool):
+            value = str(value).lower()
+        rows[variable.name] = {"value": value, "source": source}
+    budget = cpu_budget(env)
+    return {
+        "settings": rows,
+        "cpu": {
+            "schedulable": budget.affinity,
+            "quota": budget.quota,
+            "quota_source": budget.quota_source or None,
+            "auto_threads": budget.threads,
+            "problem": budget.problem or None,
+        },
+    }
+
+
+def _environment(env_file: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    if env_file is not None:
+        env["TFBOOT_ENV_FILE"] = env_file
+    return env
+
+
+def _print_error(exc: ConfigError, as_json: bool) -> int:
+    if as_json:
+        problems = [
+            {"variable": p.variable, "value": p.value, "accepted": p.accepted, "hint": p.hint}
+            for p in exc.problems
+        ]
+        print(json.dumps({"ok": False, "problems": problems}))
+    else:
+        print(f"tfboot: error: {exc}", file=sys.stderr)
+    return 1
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    try:
+        data = _settings_rows(_environment(args.env_file))
+    except ConfigError as exc:
+        return _print_error(exc, args.json)
+    if args.json:
+        print(json.dumps(data))
+        return 0
+    width = max(len(name) for name in data["settings"])
+    for name, row in data["settings"].items():
+        value = "unset" if row["value"] is None else row["value"]
+        print(f"{name:<{width}}  {value!s:<12}  {row['source']}")
+    cpu = data["cpu"]
+    quota = f"{cpu['quota']:g} CPUs from {cpu['quota_source']}" if cpu["quota"] else "none"
+    print(f"\nCPU: {cpu['schedulable']} schedulable, quota {quota}", end="")
+    print(f"; CPU_THREADS=auto gives {cpu['auto_threads']}" if cpu["auto_threads"] else "")
+    if cpu["problem"]:
+        print(f"warning: {cpu['problem']}")
+    print("GPU-dependent decisions need TensorFlow's device list: run `tfboot doctor`.")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .settings import resolve
+
+    try:
+        settings = resolve(_environment(args.env_file))
+    except ConfigError as exc:
+        return _print_error(exc, args.json)
+    given = {k: {"value": v, "source": s} for k, (v, s) in settings.given.items()}
+    if args.json:
+        print(json.dumps({"ok": True, "settings": given}))
+    else:
+        print(f"ok: {len(given)} tfboot variable(s) set, all valid")
+        for name, row in given.items():
+            print(f"  {name}={row['value']}  ({row['source']})")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import collect, render
+
+    report = collect(verify=args.verify)
+    print(json.dumps(report) if args.json else render(report))
+    failed = any(not check["ok"] for check in report.get("verify", []))
+    return 1 if report.get("error") or failed else 0
+
+
+def cmd_manifests(args: argparse.Namespace) -> int:
+    from .manifests import main as manifests_main
+
+    return manifests_main(args.rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tfboot",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"tfboot {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    show = commands.add_parser("show", help="resolved settings and their sources (no TensorFlow)")
+    check = commands.add_parser("check", help="validate the environment or a .env file")
+    for sub in (show, check):
+        sub.add_argument(
+            "--env-file", metavar="FILE", help="read this .env file, as TFBOOT_ENV_FILE would"
+        )
+        sub.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(func=cmd_show)
+    check.set_defaults(func=cmd_check)
+
+    doctor = commands.add_parser("doctor", help="import TensorFlow, apply, report what it sees")
+    doctor.add_argument("--json", action="store_true", help="print one JSON object")
+    doctor.add_argument(
+        "--verify",
+        action="store_true",
+        help="fill each capped logical GPU up to its cap and check the next allocation fails",
+    )
+    doctor.set_defaults(func=cmd_doctor)
+
+    manifests = commands.add_parser(
+        "manifests",
+        help="check Kubernetes YAML (files or - for stdin); --help for details",
+        add_help=False,
+    )
+    manifests.add_argument("rest", nargs=argparse.REMAINDER)
+    manifests.set_defaults(func=cmd_manifests)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return int(args.func(args))

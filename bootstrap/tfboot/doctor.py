@@ -1,0 +1,143 @@
+"""``tfboot doctor``: import TensorFlow, apply, and report what TensorFlow now sees.
+
+Unlike the import hook, the doctor does start TensorFlow's runtime: it lists logical
+devices and reads memory info. It never calls ``device_lib.list_local_devices`` or
+``tf.test.is_gpu_available``, which on GPU builds freeze TF's default allocators.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .apply import apply, last_result
+from .cpu import cpu_budget
+from .errors import ConfigError
+from .plan import INTER_ENV, INTRA_ENV, Plan
+
+
+def _logical_caps(
+    plan: Plan | None, physical_count: int, logical_gpus: list[str]
+) -> dict[str, int | None]:
+    """Map each logical GPU name to its cap; logical ids follow the visible physical order."""
+    caps: list[int | None] = []
+    visible = (
+        range(physical_count) if plan is None or plan.visible_gpus is None else plan.visible_gpus
+    )
+    for index in visible:
+        sizes = plan.gpu_logical_mb.get(index) if plan is not None else None
+        caps.extend(sizes or [None])
+    return dict(zip(logical_gpus, caps + [None] * (len(logical_gpus) - len(caps))))
+
+
+def _threads(tf: Any, getter: str, variable: str, schedulable: int) -> dict[str, Any]:
+    configured = int(getattr(tf.config.threading, getter)())
+    if configured:
+        return {"threads": configured, "source": "tf.config.threading"}
+    explicit = os.environ.get(variable, "").strip()
+    if explicit.isdigit() and int(explicit) > 0:
+        return {"threads": int(explicit), "source": variable}
+    return {"threads": schedulable, "source": "TensorFlow default (schedulable CPUs)"}
+
+
+def collect(verify: bool = False) -> dict[str, Any]:
+    """Everything the doctor reports, as one JSON-ready dict."""
+    import tensorflow as tf
+
+    error = None
+    try:
+        apply(tf)
+    except ConfigError as exc:
+        error = str(exc)
+    result = last_result()
+    report: dict[str, Any] = result.to_dict() if result is not None else {"applied": False}
+    if error is not None:
+        report["error"] = error
+    report["tensorflow_version"] = tf.__version__
+    physical = {kind: tf.config.list_physical_devices(kind) for kind in ("CPU", "GPU")}
+    report["physical_devices"] = {k: [d.name for d in v] for k, v in physical.items()}
+    report["gpu_details"] = {
+        d.name: {k: str(v) for k, v in tf.config.experimental.get_device_details(d).items()}
+        for d in physical["GPU"]
+    }
+    logical = {k: [d.name for d in tf.config.list_logical_devices(k)] for k in ("CPU", "GPU")}
+    report["logical_devices"] = logical
+    caps = _logical_caps(result.plan if result else None, len(physical["GPU"]), logical["GPU"])
+    memory: dict[str, Any] = {}
+    for name in logical["GPU"]:
+        entry: dict[str, Any] = {"limit_mb": caps.get(name)}
+        try:
+            info = tf.config.experimental.get_memory_info(name)
+            entry.update(current_bytes=int(info["current"]), peak_bytes=int(info["peak"]))
+        except (ValueError, RuntimeError) as exc:
+            entry["unavailable"] = str(exc)
+        memory[name] = entry
+    report["memory"] = memory
+    budget = cpu_budget()
+    report["cpu"] = {
+        "schedulable": budget.affinity,
+        "quota": budget.quota,
+        "quota_source": budget.quota_source or None,
+        "problem": budget.problem or None,
+    }
+    intra = _threads(tf, "get_intra_op_parallelism_threads", INTRA_ENV, budget.affinity)
+    inter = _threads(tf, "get_inter_op_parallelism_threads", INTER_ENV, budget.affinity)
+    report["threads"] = {
+        "intra_op": intra["threads"],
+        "inter_op": inter["threads"],
+        "intra_op_source": intra["source"],
+        "inter_op_source": inter["source"],
+    }
+    report["environ"] = {
+        k: os.environ[k]
+        for k in ("TF_FORCE_GPU_ALLOW_GROWTH", "TF_GPU_ALLOCATOR", INTRA_ENV, INTER_ENV)
+        if k in os.environ
+    }
+    if verify:
+        from .verify import verify_gpus
+
+        report["verify"] = verify_gpus(tf, caps)
+    return report
+
+
+def render(report: dict[str, Any]) -> str:
+    """The report as text for a person."""
+    lines = [f"tfboot doctor (TensorFlow {report['tensorflow_version']})"]
+    if report.get("disabled"):
+        lines.append("  TFBOOT_DISABLE is on: nothing was applied")
+    if report.get("error"):
+        lines.append(f"  ERROR: {report['error']}")
+    settings = report.get("settings") or {}
+    lines.append("settings:" if settings else "settings: none given")
+    lines += [f"  {k}={v['value']}  ({v['source']})" for k, v in settings.items()]
+    lines.append("applied:")
+    lines += [f"  {d}" for d in report.get("decisions") or ["nothing"]]
+    for kind in ("GPU", "CPU"):
+        lines.append(
+            f"{kind}: physical {report['physical_devices'][kind] or 'none'}, "
+            f"logical {report['logical_devices'][kind] or 'none'}"
+        )
+    for name, entry in report["memory"].items():
+        cap = f"cap {entry['limit_mb']} MiB" if entry.get("limit_mb") else "no cap"
+        used = entry.get("unavailable", "")
+        if "current_bytes" in entry:
+            mib = {k: entry[k] / 2**20 for k in ("current_bytes", "peak_bytes")}
+            used = f"current {mib['current_bytes']:.1f} MiB, peak {mib['peak_bytes']:.1f} MiB"
+        lines.append(f"  {name}: {cap}; {used}")
+    cpu, threads = report["cpu"], report["threads"]
+    quota = f"{cpu['quota']:g} CPUs ({cpu['quota_source']})" if cpu["quota"] else "none"
+    lines.append(f"CPU: {cpu['schedulable']} schedulable, quota {quota}")
+    if cpu.get("problem"):
+        lines.append(f"  {cpu['problem']}")
+    lines.append(
+        f"threads: intra-op {threads['intra_op']} ({threads['intra_op_source']}), "
+        f"inter-op {threads['inter_op']} ({threads['inter_op_source']})"
+    )
+    for name, value in report["environ"].items():
+        lines.append(f"env: {name}={value}")
+    for check in report.get("verify", []):
+        lines.append(
+            f"verify {check['device']}: {'ok' if check['ok'] else 'FAILED'} - {check['detail']}"
+        )
+    lines += [f"warning: {w}" for w in report.get("warnings", [])]
+    return "\n".join(lines)

@@ -1,0 +1,51 @@
+"""Session fixtures for the container tests: a running engine and the tfboot image.
+
+The engine comes from ``scripts/ensure-docker.sh``. Where it cannot be had, the tests are
+skipped with the reason shown, except under ``CI=true``, where that is a failure. The image
+is the project's ``docker/Dockerfile`` built on a locally made stand-in for the TensorFlow
+base image (see ``image_builds.py``), cached across runs under a content tag.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import warnings
+
+import pytest
+from image_builds import REPO, build_standin_base, build_tfboot_image
+
+ENSURE_DOCKER = REPO / "scripts" / "ensure-docker.sh"
+
+
+def in_ci() -> bool:
+    """Whether this run is CI's, where a missing engine must fail rather than skip."""
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> None:
+    """A Docker engine that answers, started by ``scripts/ensure-docker.sh`` when needed."""
+    try:
+        proc = subprocess.run(
+            [str(ENSURE_DOCKER)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            stdin=subprocess.DEVNULL,
+        )
+        problem = "" if proc.returncode == 0 else proc.stderr.strip()[-2000:]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        problem = str(exc)
+    if problem:
+        reason = f"no Docker engine ({ENSURE_DOCKER.name} failed): {problem}"
+        if in_ci():
+            pytest.fail(reason)
+        warnings.warn(reason, stacklevel=1)
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def tfboot_image(docker_engine: None) -> str:
+    """Tag of the tfboot image built from ``docker/Dockerfile`` on the stand-in base."""
+    return build_tfboot_image(build_standin_base())

@@ -1,0 +1,113 @@
+"""Run one-shot commands in containers through testcontainers, and read what they printed.
+
+Each scenario is a fresh container given only ``-e`` variables, resource limits and
+(read-only) mounts, exactly as a user would start one. The probe below measures what
+TensorFlow really did inside the container, independently of what tfboot reports.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from testcontainers.core.config import testcontainers_config
+from testcontainers.core.container import DockerContainer
+
+# The Ryuk reaper is an image from a registry, which these machines cannot reach; every
+# container here is removed by the context manager instead.
+testcontainers_config.ryuk_disabled = True
+
+# Quiet TensorFlow's C++ start-up chatter, so a failing test shows the relevant stderr.
+QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+
+# Starts TensorFlow's runtime and reports the thread pools it actually created: the
+# inter-op pool's threads are named tf_Compute; the intra-op (Eigen) pool's threads are the
+# new unnamed ones. Also reports logical CPUs, the uid and where `sitecustomize` comes from.
+PROBE = """
+import collections, importlib.util, json, os
+def census():
+    names = {}
+    for tid in os.listdir('/proc/self/task'):
+        with open(f'/proc/self/task/{tid}/comm') as fh:
+            names[tid] = fh.read().strip()
+    return names
+before = census()
+import tensorflow as tf
+before = census()
+x = tf.random.normal((64, 64))
+tf.matmul(x, x).numpy()
+new = collections.Counter(n for t, n in census().items() if t not in before)
+spec = importlib.util.find_spec('sitecustomize')
+print(json.dumps({
+    'intra_pool': sum(c for n, c in new.items() if not n.startswith('tf_')),
+    'inter_pool': new.get('tf_Compute', 0),
+    'logical_cpus': len(tf.config.list_logical_devices('CPU')),
+    'affinity': len(os.sched_getaffinity(0)),
+    'uid': os.getuid(),
+    'sitecustomize': spec.origin if spec else None,
+    'tfboot_loaded': 'tfboot' in __import__('sys').modules,
+}))
+"""
+
+PROBE_CMD = ["python3", "-c", PROBE]
+DOCTOR_CMD = ["python3", "-m", "tfboot", "doctor", "--json"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a finished container left behind."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> dict[str, Any]:
+        """The last JSON object the command printed on stdout."""
+        for line in reversed(self.stdout.strip().splitlines()):
+            if line.strip().startswith("{"):
+                return json.loads(line)
+        raise AssertionError(f"no JSON object on stdout\n{self}")
+
+    def ok(self) -> Outcome:
+        """``self``, after checking the command succeeded."""
+        assert self.exit_code == 0, f"container exited {self.exit_code}\n{self}"
+        return self
+
+    def __str__(self) -> str:
+        return f"--- stdout ---\n{self.stdout[-3000:]}\n--- stderr ---\n{self.stderr[-3000:]}"
+
+
+def cpus(n: float) -> dict[str, int]:
+    """Keyword arguments for ``docker run --cpus=n``."""
+    return {"nano_cpus": int(n * 1e9)}
+
+
+def run_container(
+    image: str,
+    command: list[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    mounts: Iterable[tuple[Path, str]] = (),
+    timeout: float = 300,
+    **docker_kwargs: Any,
+) -> Outcome:
+    """Run ``command`` in a new container of ``image`` and wait for it to exit.
+
+    ``env`` becomes ``-e`` variables (on top of ``QUIET_TF``), ``mounts`` are
+    ``(host path, container path)`` read-only bind mounts, and ``docker_kwargs`` go to the
+    Docker API (``nano_cpus=...``, ``mem_limit=...``). The container is always removed.
+    """
+    container = DockerContainer(image).with_command(command)
+    for key, value in {**QUIET_TF, **(env or {})}.items():
+        container.with_env(key, value)
+    for host, target in mounts:
+        container.with_volume_mapping(host, target, "ro")
+    if docker_kwargs:
+        container.with_kwargs(**docker_kwargs)
+    with container:
+        status = container.get_wrapped_container().wait(timeout=timeout)
+        stdout, stderr = container.get_logs()
+    return Outcome(int(status["StatusCode"]), stdout.decode(), stderr.decode())
