@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Demo: make a fresh environment with TensorFlow's CPU wheel and tfboot, then show tfboot
+# applying VIRTUAL_SPLIT=2 on a machine with no GPU (CPU:0 becomes two logical CPUs).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+python="${PYTHON:-python3}"
+demo=.venv-demo
+
+[ -x "$demo/bin/python" ] || "$python" -m venv "$demo"
+"$demo/bin/python" -m pip install -q --disable-pip-version-check "tensorflow-cpu==2.21.0"
+rm -rf dist && "$demo/bin/python" -m pip wheel -q --no-deps -w dist .
+"$demo/bin/python" -m pip install -q --force-reinstall dist/tfboot-*.whl
+export TF_CPP_MIN_LOG_LEVEL=2
+
+echo "\$ VIRTUAL_SPLIT=2 python -m tfboot doctor"
+VIRTUAL_SPLIT=2 "$demo/bin/python" -m tfboot doctor
+echo
+echo "\$ VIRTUAL_SPLIT=2 python -c 'import tensorflow as tf; print(tf.config.list_logical_devices(\"CPU\"))'"
+VIRTUAL_SPLIT=2 "$demo/bin/python" -c 'import tensorflow as tf; print(tf.config.list_logical_devices("CPU"))'
+echo
+echo "\$ MEMORY_LIMIT_MB=abc python -c 'import tensorflow'   # fails closed, naming the variable"
+MEMORY_LIMIT_MB=abc "$demo/bin/python" -c 'import tensorflow' 2>&1 | tail -n 1 || true

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Run the whole test suite. Installs what it needs (Debian packages, both Python test
+# environments), starts the Docker engine, builds the tfboot wheel and installs it into
+# both environments, then runs pytest. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+python="${PYTHON:-python3}"
+
+say() { printf 'test.sh: %s\n' "$*" >&2; }
+
+missing=()
+command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+command -v git >/dev/null 2>&1 || missing+=(git)
+if [ "${#missing[@]}" -gt 0 ]; then
+    say "installing ${missing[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
+fi
+bash scripts/ensure-docker.sh
+
+venv() {  # venv DIR REQUIREMENTS
+    [ -x "$1/bin/python" ] || "$python" -m venv "$1"
+    "$1/bin/python" -m pip install -q --disable-pip-version-check -r "$2"
+}
+say "preparing .venv and .venv-nightly"
+venv .venv requirements/test.txt
+venv .venv-nightly requirements/nightly.txt
+
+say "building and installing the tfboot wheel"
+rm -rf dist
+.venv/bin/python -m pip wheel -q --no-deps -w dist .
+for env in .venv .venv-nightly; do
+    "$env/bin/python" -m pip install -q --force-reinstall --no-deps dist/tfboot-*.whl
+done
+
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+exec .venv/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider "$@"
