@@ -39,6 +39,16 @@ def startup_module(pth_path: str) -> str:
     raise AssertionError("unreachable")
 
 
+def installed_at() -> str:
+    """Where pip actually put ``tfboot.pth`` (for the error message)."""
+    from importlib import metadata
+
+    try:
+        return str(metadata.distribution("tfboot").locate_file(PTH_NAME))
+    except metadata.PackageNotFoundError:
+        return "nowhere: tfboot is not installed for this interpreter"
+
+
 def loaded_at_startup(module: str, *flags: str) -> bool:
     """Whether a fresh interpreter started with ``flags`` has already imported ``module``."""
     code = f"import sys; sys.exit(0 if {module!r} in sys.modules else 3)"
@@ -50,7 +60,10 @@ def main() -> None:
     purelib = sysconfig.get_paths()["purelib"]
     pth = os.path.join(purelib, PTH_NAME)
     if not os.path.isfile(pth):
-        fail(f"{PTH_NAME} is not in {purelib}, this interpreter's site-packages")
+        fail(
+            f"{PTH_NAME} is not in {purelib}, this interpreter's site-packages; "
+            f"pip put it at {installed_at()}"
+        )
     site_dirs = {os.path.realpath(d) for d in site.getsitepackages()}
     if os.path.realpath(purelib) not in site_dirs:
         fail(f"{purelib} is not processed by site at start-up (site dirs: {sorted(site_dirs)})")

@@ -26,11 +26,7 @@ venv .venv requirements/test.txt
 venv .venv-nightly requirements/nightly.txt
 
 say "building and installing the tfboot wheel"
-rm -rf dist
-.venv/bin/python -m pip wheel -q --no-deps -w dist .
-for env in .venv .venv-nightly; do
-    "$env/bin/python" -m pip install -q --force-reinstall --no-deps dist/tfboot-*.whl
-done
+bash scripts/install-wheel.sh
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

@@ -54,7 +54,7 @@ def scenario_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def run_python(
-    code: str,
+    code: str | Path,
     env: Mapping[str, str] | None = None,
     *,
     python: str | os.PathLike[str] = sys.executable,
@@ -62,8 +62,9 @@ def run_python(
     cwd: str | os.PathLike[str] | None = None,
     timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter with ``scenario_env(env)``."""
-    cmd = [str(python), *args, "-c", code]
+    """Run ``code`` (a string, or a script's path) in a fresh interpreter."""
+    source = [str(code)] if isinstance(code, Path) else ["-c", code]
+    cmd = [str(python), *args, *source]
     return subprocess.run(
         cmd,
         env=scenario_env(env),

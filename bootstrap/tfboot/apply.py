@@ -7,6 +7,7 @@ starts when user code first needs it, and user code may still call ``tf.config``
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from types import ModuleType
@@ -183,8 +184,8 @@ def apply_keras(keras: ModuleType, env: Mapping[str, str] | None = None) -> str 
     try:
         settings = resolve(env)
     except ConfigError as exc:
-        if _result is not None:
-            return None  # already raised or warned by the TensorFlow hook
+        if _result is not None or "tensorflow" in sys.modules:
+            return None  # the TensorFlow hook reports it (TF's import may load Keras first)
         if control(env, ON_ERROR) == "raise":
             raise
         report.emit("warning", f"invalid configuration, Keras keeps its defaults: {exc}")

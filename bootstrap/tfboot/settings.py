@@ -152,7 +152,7 @@ CONTRACT: tuple[Variable, ...] = (
 )
 CONTROL: tuple[Variable, ...] = (
     Variable(DISABLE, parse_bool, "bool", False),
-    Variable(ENV_FILE, str, "path of a .env file", None),
+    Variable(ENV_FILE, lambda _name, value: value.strip(), "path of a .env file", None),
     Variable(ON_ERROR, _choice("raise", "warn"), "raise | warn", "raise"),
     Variable(LOG, _choice("quiet", "info", "debug"), "quiet | info | debug", "info"),
 )

@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
+
+# The shared helpers in tests/support.py, also when only this directory is collected.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from image_builds import REPO, build_standin_base, build_tfboot_image
 
 ENSURE_DOCKER = REPO / "scripts" / "ensure-docker.sh"

@@ -7,12 +7,12 @@ TensorFlow really did inside the container, independently of what tfboot reports
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from support import last_json
 from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 
@@ -65,10 +65,7 @@ class Outcome:
 
     def json(self) -> dict[str, Any]:
         """The last JSON object the command printed on stdout."""
-        for line in reversed(self.stdout.strip().splitlines()):
-            if line.strip().startswith("{"):
-                return json.loads(line)
-        raise AssertionError(f"no JSON object on stdout\n{self}")
+        return last_json(self.stdout)
 
     def ok(self) -> Outcome:
         """``self``, after checking the command succeeded."""

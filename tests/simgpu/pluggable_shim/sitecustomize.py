@@ -32,16 +32,17 @@ import importlib.metadata
 import importlib.util
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 TARGET = "tensorflow.python.eager.context"
 PINNED = ("tf-nightly-cpu", "2.22.0.dev20260905")
 
 
-def _routed_options(original, config_pb2):  # type: ignore[no-untyped-def]
+def _routed_options(original: Callable[[Any], Any], config_pb2: Any) -> Callable[[Any], Any]:
     """Wrap ``_compute_pluggable_device_options`` to carry the logical-device config."""
 
-    def compute(self):  # type: ignore[no-untyped-def]
+    def compute(self: Any) -> Any:
         options = original(self)
         if not self._virtual_device_map:
             return options
@@ -65,7 +66,6 @@ def _routed_options(original, config_pb2):  # type: ignore[no-untyped-def]
         options.ClearField("allow_growth")
         return options
 
-    compute._tfboot_test_shim = True  # type: ignore[attr-defined]
     return compute
 
 

@@ -1,0 +1,1 @@
+"""Tests on a simulated GPU: a PluggableDevice plugin driving TensorFlow's real GPU code."""

@@ -1,0 +1,63 @@
+"""Fixtures for the simulated-GPU tests: a scenario runner per TensorFlow (see scenarios.py).
+
+A venv that is missing or lacks TensorFlow or tfboot skips its tests, except under
+``CI=true``, where that fails them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from simgpu.build import BuildError, build_plugin
+from simgpu.scenarios import NIGHTLY_PYTHON, STABLE_PYTHON, SimGpu, venv_problem
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def ready_plugin(python: Path) -> Path:
+    """The plugin for ``python``'s TensorFlow, once that venv is usable."""
+    problem = venv_problem(python)
+    if problem is not None:
+        _unavailable(problem)
+    try:
+        return build_plugin(python)
+    except BuildError as exc:
+        _unavailable(str(exc))
+        raise
+
+
+@pytest.fixture(scope="session")
+def stable_plugin() -> Path:
+    """The plugin built for ``.venv`` (TensorFlow 2.21)."""
+    return ready_plugin(STABLE_PYTHON)
+
+
+@pytest.fixture(scope="session")
+def nightly_plugin() -> Path:
+    """The plugin built for ``.venv-nightly`` (the pinned tf-nightly-cpu)."""
+    return ready_plugin(NIGHTLY_PYTHON)
+
+
+@pytest.fixture
+def stable_gpu(stable_plugin: Path, tmp_path: Path) -> SimGpu:
+    """Scenarios on TensorFlow 2.21 (no shim: logical devices are ignored there)."""
+    return SimGpu(STABLE_PYTHON, stable_plugin, tmp_path, shim=False)
+
+
+@pytest.fixture
+def nightly_gpu(nightly_plugin: Path, tmp_path: Path) -> SimGpu:
+    """Scenarios on the pinned nightly, with the test-only pluggable shim."""
+    return SimGpu(NIGHTLY_PYTHON, nightly_plugin, tmp_path, shim=True)
+
+
+@pytest.fixture
+def nightly_gpu_without_shim(nightly_plugin: Path, tmp_path: Path) -> SimGpu:
+    """The pinned nightly as shipped: logical-device config never reaches the plugin."""
+    return SimGpu(NIGHTLY_PYTHON, nightly_plugin, tmp_path, shim=False)

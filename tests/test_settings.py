@@ -1,0 +1,196 @@
+"""The settings parser: every variable of the contract, precedence, and error messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tfboot import ConfigError, resolve
+
+
+def problem_text(env: dict[str, str]) -> str:
+    with pytest.raises(ConfigError) as info:
+        resolve(env)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "accepted"),
+    [
+        ("VISIBLE_GPU", "first", "expected all, none, a GPU index"),
+        ("VISIBLE_GPU", "-1", "expected all, none"),
+        ("VISIBLE_GPU", "0,0", "listed more than once"),
+        ("MEMORY_LIMIT_MB", "abc", "positive integer number of MiB"),
+        ("MEMORY_LIMIT_MB", "-5", "positive integer number of MiB"),
+        ("MEMORY_LIMIT_MB", "0", "positive integer number of MiB"),
+        ("MEMORY_LIMIT_MB", "6G", "positive integer number of MiB"),
+        ("VIRTUAL_SPLIT", "0", "count from 1 to 64"),
+        ("VIRTUAL_SPLIT", "65", "count from 1 to 64"),
+        ("VIRTUAL_SPLIT", "2048,", "list of MiB sizes"),
+        ("VIRTUAL_SPLIT", "2048,-1", "list of MiB sizes"),
+        ("MEMORY_GROWTH", "maybe", "true/false"),
+        ("CPU_THREADS", "0", "auto, host or a positive integer"),
+        ("CPU_THREADS", "1.5", "auto, host or a positive integer"),
+        ("SOFT_PLACEMENT", "2", "true/false"),
+        ("LOG_DEVICE_PLACEMENT", "y", "true/false"),
+        ("XLA_JIT", "auto", "true/false"),
+        ("MIXED_PRECISION", "float16", "mixed_float16, mixed_bfloat16, float32"),
+        ("REQUIRE_GPU", "required", "true/false"),
+        ("TFBOOT_ON_ERROR", "ignore", "raise, warn"),
+        ("TFBOOT_LOG", "verbose", "quiet, info, debug"),
+        ("TFBOOT_DISABLE", "please", "true/false"),
+    ],
+)
+def test_invalid_value_names_variable_value_and_accepted(
+    name: str, value: str, accepted: str
+) -> None:
+    text = problem_text({name: value})
+    assert f"{name}={value!r}" in text
+    assert accepted in text
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as info:
+        resolve({"MEMORY_LIMIT_MB": "x", "VIRTUAL_SPLIT": "y", "CPU_THREADS": "z"})
+    assert [p.variable for p in info.value.problems] == [
+        "MEMORY_LIMIT_MB",
+        "VIRTUAL_SPLIT",
+        "CPU_THREADS",
+    ]
+    assert str(info.value).startswith("3 problems")
+
+
+def test_a_large_split_count_suggests_the_cap() -> None:
+    assert "use MEMORY_LIMIT_MB=4096" in problem_text({"VIRTUAL_SPLIT": "4096"})
+
+
+@pytest.mark.parametrize(
+    ("env", "attr", "expected"),
+    [
+        ({}, "visible_gpu", None),
+        ({"VISIBLE_GPU": "ALL"}, "visible_gpu", None),
+        ({"VISIBLE_GPU": "None"}, "visible_gpu", ()),
+        ({"VISIBLE_GPU": "1"}, "visible_gpu", (1,)),
+        ({"VISIBLE_GPU": " 0, 2 "}, "visible_gpu", (0, 2)),
+        ({"MEMORY_LIMIT_MB": "6144"}, "memory_limit_mb", 6144),
+        ({"VIRTUAL_SPLIT": "2"}, "virtual_split", 2),
+        ({"VIRTUAL_SPLIT": "2048,2048,4096"}, "virtual_split", (2048, 2048, 4096)),
+        ({"MEMORY_GROWTH": "On"}, "memory_growth", True),
+        ({"MEMORY_GROWTH": "0"}, "memory_growth", False),
+        ({"CPU_THREADS": "HOST"}, "cpu_threads", "host"),
+        ({"CPU_THREADS": "3"}, "cpu_threads", 3),
+        ({}, "cpu_threads", "auto"),
+        ({"MIXED_PRECISION": "Mixed_BFloat16"}, "mixed_precision", "mixed_bfloat16"),
+        ({"REQUIRE_GPU": "yes"}, "require_gpu", True),
+        ({"MEMORY_LIMIT_MB": ""}, "memory_limit_mb", None),
+    ],
+)
+def test_valid_values(env: dict[str, str], attr: str, expected: object) -> None:
+    assert getattr(resolve(env), attr) == expected
+
+
+def test_split_sizes_must_fit_the_cap() -> None:
+    text = problem_text({"MEMORY_LIMIT_MB": "4096", "VIRTUAL_SPLIT": "2048,2048,1024"})
+    assert "VIRTUAL_SPLIT" in text and "5120 MiB" in text and "4096 MiB" in text
+    assert resolve({"MEMORY_LIMIT_MB": "4096", "VIRTUAL_SPLIT": "2048,2048"}).virtual_split == (
+        2048,
+        2048,
+    )
+
+
+def test_split_count_larger_than_cap_is_an_error() -> None:
+    assert "cannot share a cap of 3 MiB" in problem_text(
+        {"MEMORY_LIMIT_MB": "3", "VIRTUAL_SPLIT": "4"}
+    )
+
+
+def test_growth_contradicting_tf_force_gpu_allow_growth() -> None:
+    text = problem_text({"MEMORY_GROWTH": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"})
+    assert "TF_FORCE_GPU_ALLOW_GROWTH" in text
+    assert resolve({"MEMORY_GROWTH": "true", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}).memory_growth
+
+
+class TestDevicePluginAuto:
+    def test_hami_per_device(self) -> None:
+        settings = resolve(
+            {
+                "MEMORY_LIMIT_MB": "auto",
+                "CUDA_DEVICE_MEMORY_LIMIT_0": "6144m",
+                "CUDA_DEVICE_MEMORY_LIMIT_1": "2g",
+            }
+        )
+        assert settings.caps_mb(0) == 6144 and settings.caps_mb(1) == 2048
+        assert settings.source("MEMORY_LIMIT_MB").startswith("HAMi")
+
+    def test_hami_for_all_devices(self) -> None:
+        settings = resolve({"MEMORY_LIMIT_MB": "AUTO", "CUDA_DEVICE_MEMORY_LIMIT": "4096"})
+        assert settings.caps_mb(3) == 4096
+
+    def test_gpushare_gib(self) -> None:
+        settings = resolve({"MEMORY_LIMIT_MB": "auto", "ALIYUN_COM_GPU_MEM_CONTAINER": "6"})
+        assert settings.memory_limit_mb == 6144
+        assert "gpushare" in settings.source("MEMORY_LIMIT_MB")
+
+    def test_gpushare_mib_unit(self) -> None:
+        env = {
+            "MEMORY_LIMIT_MB": "auto",
+            "ALIYUN_COM_GPU_MEM_CONTAINER": "3000",
+            "ALIYUN_COM_GPU_MEM_DEV": "16160",
+        }
+        assert resolve(env).memory_limit_mb == 3000
+
+    def test_auto_without_a_plugin_is_an_error(self) -> None:
+        text = problem_text({"MEMORY_LIMIT_MB": "auto"})
+        assert "CUDA_DEVICE_MEMORY_LIMIT" in text and "ALIYUN_COM_GPU_MEM_CONTAINER" in text
+
+    def test_invalid_plugin_value(self) -> None:
+        text = problem_text({"MEMORY_LIMIT_MB": "auto", "CUDA_DEVICE_MEMORY_LIMIT_0": "lots"})
+        assert "CUDA_DEVICE_MEMORY_LIMIT_0='lots'" in text
+
+    def test_plugin_variables_unused_without_auto(self) -> None:
+        settings = resolve({"MEMORY_LIMIT_MB": "1024", "CUDA_DEVICE_MEMORY_LIMIT_0": "6144m"})
+        assert settings.caps_mb(0) == 1024
+
+
+class TestEnvFile:
+    def write(self, tmp_path: Path, text: str) -> str:
+        path = tmp_path / "tfboot.env"
+        path.write_text(text)
+        return str(path)
+
+    def test_file_values_apply_and_env_wins(self, tmp_path: Path) -> None:
+        path = self.write(tmp_path, "MEMORY_LIMIT_MB=2048\nVIRTUAL_SPLIT=2\n# comment\n")
+        settings = resolve({"TFBOOT_ENV_FILE": path, "VIRTUAL_SPLIT": "4"})
+        assert settings.memory_limit_mb == 2048
+        assert settings.source("MEMORY_LIMIT_MB") == f"file {path}"
+        assert settings.virtual_split == 4 and settings.source("VIRTUAL_SPLIT") == "env"
+
+    def test_file_values_are_validated(self, tmp_path: Path) -> None:
+        path = self.write(tmp_path, "MEMORY_LIMIT_MB=lots\n")
+        assert "MEMORY_LIMIT_MB='lots'" in problem_text({"TFBOOT_ENV_FILE": path})
+
+    def test_missing_file(self, tmp_path: Path) -> None:
+        text = problem_text({"TFBOOT_ENV_FILE": str(tmp_path / "nope.env")})
+        assert "TFBOOT_ENV_FILE=" in text and "does not exist" in text
+
+    def test_directory(self, tmp_path: Path) -> None:
+        assert "directory" in problem_text({"TFBOOT_ENV_FILE": str(tmp_path)})
+
+    def test_malformed_line(self, tmp_path: Path) -> None:
+        path = self.write(tmp_path, "MEMORY_LIMIT_MB=1024\nthis is not an assignment\n")
+        text = problem_text({"TFBOOT_ENV_FILE": path})
+        assert "line 2" in text and "not KEY=VALUE" in text
+
+    def test_unknown_key(self, tmp_path: Path) -> None:
+        path = self.write(tmp_path, "MEMORY_LIMT_MB=1024\n")
+        text = problem_text({"TFBOOT_ENV_FILE": path})
+        assert "unknown variable(s) MEMORY_LIMT_MB" in text
+
+    def test_key_without_value(self, tmp_path: Path) -> None:
+        path = self.write(tmp_path, "MEMORY_GROWTH\n")
+        assert "has no value" in problem_text({"TFBOOT_ENV_FILE": path})
+
+    def test_not_utf8(self, tmp_path: Path) -> None:
+        path = tmp_path / "latin1.env"
+        path.write_bytes(b"MEMORY_LIMIT_MB=1\xff\n")
+        assert "cannot be read" in problem_text({"TFBOOT_ENV_FILE": str(path)})
