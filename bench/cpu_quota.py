@@ -95,7 +95,7 @@ class Sample:
         return (
             f"| {cpus:g} | {setting} | {threads} | {len(self.times) / total:.1f} "
             f"| {p50 * 1e3:.1f} | {p99 * 1e3:.1f} | {self.throttled_periods} "
-            f"| {self.throttled_ms / total / 10:.0f}% |"
+            f"| {self.throttled_ms / total:.0f} |"
         )
 
 
@@ -131,11 +131,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--image", help="tfboot image to run (default: build the test image)")
     parser.add_argument("--cpus", type=float, nargs="+", default=[1.0, 0.5])
-    parser.add_argument("--rounds", type=int, default=2, help="containers per cell")
-    parser.add_argument("--steps", type=int, default=200, help="timed steps per container")
-    parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--width", type=int, default=512, help="MLP width")
-    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=3, help="containers per cell")
+    parser.add_argument("--steps", type=int, default=60, help="timed steps per container")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--width", type=int, default=1024, help="MLP width")
+    parser.add_argument("--batch", type=int, default=512)
     args = parser.parse_args()
     image = args.image or default_image()
 
@@ -158,7 +158,7 @@ def main() -> None:
     )
     print(
         "| --cpus | threads setting | intra-op threads | steps/s | p50 ms | p99 ms "
-        "| throttled periods | time throttled |"
+        "| throttled periods | throttled ms per s |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for (cpus, setting), sample in cells.items():

@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from simgpu.build import build_plugin  # noqa: E402
-from simgpu.scenarios import MIB, NIGHTLY_PYTHON, STABLE_PYTHON, SimGpu, venv_problem  # noqa: E402
+from simgpu.build import build_plugin
+from simgpu.scenarios import MIB, NIGHTLY_PYTHON, STABLE_PYTHON, SimGpu, venv_problem
 
 DEVICE_MB = 16384
 WORKLOAD = """
@@ -35,8 +35,12 @@ ROWS: list[tuple[str, dict[str, str], bool]] = [
     ("no configuration", {}, False),
     ("MEMORY_LIMIT_MB=6144", {"MEMORY_LIMIT_MB": "6144"}, True),
     ("MEMORY_GROWTH=true", {"MEMORY_GROWTH": "true"}, False),
-    ("MEMORY_LIMIT_MB=6144 MEMORY_GROWTH=true", {"MEMORY_LIMIT_MB": "6144", "MEMORY_GROWTH": "true"}, True),
-]  # fmt: skip
+    (
+        "MEMORY_LIMIT_MB=6144 MEMORY_GROWTH=true",
+        {"MEMORY_LIMIT_MB": "6144", "MEMORY_GROWTH": "true"},
+        True,
+    ),
+]
 HEADER = ("setting", "TensorFlow", "held by TF (MiB)", "device allocations", "tensors (MiB)")
 
 
@@ -64,9 +68,9 @@ def main() -> int:
         nightly = SimGpu(NIGHTLY_PYTHON, build_plugin(NIGHTLY_PYTHON), Path(workdir), shim=True)
         rows = [(name, *measure(nightly if cap else stable, env)) for name, env, cap in ROWS]
     widths = [max(len(row[i]) for row in [HEADER, *rows]) for i in range(len(HEADER))]
-    print(f"simulated GPU: {DEVICE_MB} MiB; workload: tensors of 64 + 16 + 1 MiB on GPU:0")
+    print(f"simulated GPU: {DEVICE_MB} MiB; workload: tensors of 64 + 16 + 1 MiB on GPU:0\n")
     for row in [HEADER, tuple("-" * w for w in widths), *rows]:
-        print(" | ".join(cell.ljust(w) for cell, w in zip(row, widths)))
+        print("| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |")
     return 0
 
 

@@ -7,12 +7,9 @@ Explicit use::
     tfboot.resolve()          # validated settings, without importing TensorFlow
     tfboot.apply()            # import TensorFlow and apply them (once per process)
 
-Attributes load lazily: this package is imported at every interpreter start.
+Attributes load lazily, and only what ``site`` has already loaded is imported here:
+this package is imported at every interpreter start.
 """
-
-from __future__ import annotations
-
-from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["ConfigError", "Settings", "apply", "last_result", "resolve", "uninstall"]
@@ -26,7 +23,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "object":
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tfboot' has no attribute {name!r}")

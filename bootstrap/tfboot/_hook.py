@@ -4,35 +4,33 @@ A finder on ``sys.meta_path`` notices the watched names, lets the other finders 
 real module, and wraps its loader so ``before`` runs just before the module's code and
 ``after`` right after it. Covers ``import x``, ``importlib.import_module``, imports of a
 submodule (the package comes first), imports from threads, and spawned children (which
-run ``site`` again). Imports only what ``site`` has already loaded.
+run ``site`` again).
+
+This module is imported at every interpreter start, so it imports only modules ``site``
+has already loaded (``sys``, ``_thread``); annotations are strings for the same reason.
 """
 
-from __future__ import annotations
-
+import _thread
 import sys
-import threading
-from collections.abc import Callable
-from types import ModuleType
-from typing import Any
 
-Callback = Callable[[ModuleType], None]
+# Callback: a callable taking the module object, returning None.
 
 
 class _HookLoader:
     """Delegates to the real loader, running the callbacks around ``exec_module``."""
 
-    def __init__(self, loader: Any, before: Callback | None, after: Callback | None) -> None:
+    def __init__(self, loader: "object", before: "object", after: "object") -> None:
         self._loader = loader
         self._before = before
         self._after = after
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> "object":
         return getattr(self._loader, name)
 
-    def create_module(self, spec: Any) -> ModuleType | None:
+    def create_module(self, spec: "object") -> "object":
         return self._loader.create_module(spec)
 
-    def exec_module(self, module: ModuleType) -> None:
+    def exec_module(self, module: "object") -> None:
         # Give the module its real loader back, so nothing downstream sees the wrapper.
         module.__loader__ = self._loader
         if getattr(module, "__spec__", None) is not None:
@@ -48,10 +46,10 @@ class ImportHookFinder:
     """The ``sys.meta_path`` entry; at most one is installed per interpreter."""
 
     def __init__(self) -> None:
-        self.hooks: dict[str, tuple[Callback | None, Callback | None]] = {}
-        self._busy = threading.local()
+        self.hooks: dict[str, tuple[object, object]] = {}
+        self._busy = _thread._local()
 
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+    def find_spec(self, fullname: str, path: "object" = None, target: "object" = None) -> "object":
         hook = self.hooks.get(fullname)
         if hook is None or getattr(self._busy, "name", None) == fullname:
             return None
@@ -78,7 +76,7 @@ def finder() -> ImportHookFinder:
     return installed
 
 
-def when_imported(name: str, before: Callback | None = None, after: Callback | None = None) -> None:
+def when_imported(name: str, before: "object" = None, after: "object" = None) -> None:
     """Run ``before``/``after`` around ``name``'s first import; ``after`` at once if loaded."""
     finder().hooks[name] = (before, after)
     module = sys.modules.get(name)

@@ -4,9 +4,8 @@ Runs in every Python process of the environment, so it does almost nothing: unle
 kill switch is on, it registers callbacks for ``tensorflow`` and ``keras`` and returns.
 Nothing is parsed and TensorFlow is not imported here. It never raises: an exception that
 escapes ``site`` prints noise at every start, and a ``BaseException`` aborts the interpreter.
+It imports only what ``site`` has already loaded (annotations are strings for that reason).
 """
-
-from __future__ import annotations
 
 import os
 
@@ -28,19 +27,19 @@ def install() -> None:
             os.write(2, f"tfboot: debug: import hook not installed: {exc!r}\n".encode())
 
 
-def _validate(_module: object) -> None:
+def _validate(_module: "object") -> None:
     from .apply import validate
 
     validate()
 
 
-def _configure(module: object) -> None:
+def _configure(module: "object") -> None:
     from .apply import apply
 
     apply(module)
 
 
-def _configure_keras(module: object) -> None:
+def _configure_keras(module: "object") -> None:
     from .apply import apply_keras
 
     apply_keras(module)
