@@ -713,7 +713,7 @@ def check_paths(paths: Sequence[str]) -> Report:
     report = Report()
     for path in paths:
         check_text(*read_source(path), report)
-    if not report.objects:
+    if not report.objects and not any(f.rule == "unreadable" for f in report.findings):
         report.add(
             (", ".join(paths), "-", "-"),
             "no-workloads",

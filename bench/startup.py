@@ -1,0 +1,120 @@
+"""Start-up cost of tfboot, measured side by side in one run.
+
+Compares the same interpreter with tfboot installed and a twin environment without it
+(same packages, every other .pth file, tfboot.pth left out):
+
+  1. `python -c pass` with no tfboot variable set, and with variables set;
+  2. `import tensorflow` timed inside the process, with tfboot applying a configuration
+     and without tfboot.
+
+Runs alternate between the two environments so drift affects both alike; medians and
+their ratio are printed. Usage: python bench/startup.py [--runs N] [--tf-runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import venv
+from pathlib import Path
+
+SET = {"MEMORY_LIMIT_MB": "6144", "VIRTUAL_SPLIT": "2", "MEMORY_GROWTH": "true"}
+TIMED_IMPORT = (
+    "import time; t = time.perf_counter(); import tensorflow; print(time.perf_counter() - t)"
+)
+
+
+def twin_without_tfboot(root: Path) -> Path:
+    """A venv that sees this one's packages but does not process tfboot.pth."""
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
+    python = root / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = Path(sysconfig.get_paths()["purelib"])
+    for pth in ours.glob("*.pth"):
+        if pth.name != "tfboot.pth":
+            shutil.copy(pth, purelib)
+    # Processed first (.pth files run in name order), so the copied ones find their modules.
+    (Path(purelib) / "00-shared-site-packages.pth").write_text(f"{ours}\n")
+    return python
+
+
+def clean_env(extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TFBOOT_") and k not in SET}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env["TFBOOT_LOG"] = "quiet"
+    env.update(extra)
+    return env
+
+
+def wall(python: str, code: str, env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run([python, "-c", code], env=env, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def inner(python: str, env: dict[str, str]) -> float:
+    run = subprocess.run(
+        [python, "-c", TIMED_IMPORT], env=env, check=True, capture_output=True, text=True
+    )
+    return float(run.stdout.strip().splitlines()[-1])
+
+
+def side_by_side(label: str, runs: int, measure_with, measure_without) -> tuple[str, float, float]:
+    with_times, without_times = [], []
+    for _ in range(runs):
+        with_times.append(measure_with())
+        without_times.append(measure_without())
+    a, b = statistics.median(with_times), statistics.median(without_times)
+    return label, a, b
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=300, help="runs of python -c pass per case")
+    parser.add_argument("--tf-runs", type=int, default=12, help="runs of import tensorflow")
+    args = parser.parse_args()
+    ours = sys.executable
+    with tempfile.TemporaryDirectory() as tmp:
+        twin = str(twin_without_tfboot(Path(tmp) / "twin"))
+        unset, configured = clean_env({}), clean_env(SET)
+        rows = [
+            side_by_side(
+                "python -c pass, no variable set",
+                args.runs,
+                lambda: wall(ours, "pass", unset),
+                lambda: wall(twin, "pass", unset),
+            ),
+            side_by_side(
+                "python -c pass, variables set",
+                args.runs,
+                lambda: wall(ours, "pass", configured),
+                lambda: wall(twin, "pass", configured),
+            ),
+            side_by_side(
+                "import tensorflow (in-process), applying",
+                args.tf_runs,
+                lambda: inner(ours, configured),
+                lambda: inner(twin, configured),
+            ),
+        ]
+    print(f"python {sys.version.split()[0]}; variables set: {SET}")
+    print(f"{'case':<42} {'with tfboot':>12} {'without':>12} {'ratio':>7}")
+    for label, a, b in rows:
+        unit, scale = ("ms", 1e3) if a < 1 else ("s", 1)
+        print(f"{label:<42} {a * scale:>9.3f} {unit:<2} {b * scale:>9.3f} {unit:<2} {a / b:>6.3f}x")
+
+
+if __name__ == "__main__":
+    main()
