@@ -23,7 +23,7 @@ import math
 import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -426,6 +426,11 @@ def container_env(container: Container, grant: GpuGrant, report: Report) -> dict
 # ---------------------------------------------------------------- tfboot settings
 
 
+def _without_hint(problem: Problem) -> str:
+    """The problem's text; its hint goes to the finding's fix."""
+    return str(replace(problem, hint=""))
+
+
 def _is_auto_without_plugin(problem: Problem) -> bool:
     return problem.variable == "MEMORY_LIMIT_MB" and str(problem.value).strip().lower() == "auto"
 
@@ -444,7 +449,7 @@ def _report_problems(container: Container, problems: Sequence[Problem], report: 
         else:
             accepted = ACCEPTED.get(problem.variable, "")
             hint = problem.hint or (f"accepted: {accepted}" if accepted else "")
-            report.add(container.where, "config-invalid", str(problem), hint)
+            report.add(container.where, "config-invalid", _without_hint(problem), hint)
 
 
 def _resolve(
@@ -490,7 +495,7 @@ def _plan(
         for problem in exc.problems:
             rule = PLAN_RULES.get(problem.variable, "config-invalid")
             hint = _plan_hint(rule, grant) or problem.hint
-            report.add(container.where, rule, _on_node(str(problem), grant), hint)
+            report.add(container.where, rule, _on_node(_without_hint(problem), grant), hint)
         return None
     rule = "plan-warning" if grant.count else "gpu-setting-without-gpu"
     for warning in plan.warnings:
@@ -571,7 +576,12 @@ def check_tfboot(container: Container, report: Report) -> None:
     env = container_env(container, grant, report)
     try:
         if disabled(env):
-            report.add(container.where, "tfboot-disabled", f"{DISABLE} is on", f"unset {DISABLE}")
+            report.add(
+                container.where,
+                "tfboot-disabled",
+                f"{DISABLE} is on: no tfboot variable of this container is applied",
+                f"unset {DISABLE}",
+            )
             return
     except ConfigError:
         pass  # reported by resolve below
@@ -697,7 +707,7 @@ def check_text(file: str, text: str, report: Report) -> None:
     except Exception as exc:  # the YAML parser's errors; PyYAML is optional
         if isinstance(exc, InputError):
             raise
-        report.add((file, "-", "-"), "unreadable", str(exc).replace("\n", " "))
+        report.add((file, "-", "-"), "unreadable", " ".join(str(exc).split()))
         return
     maps = configmaps(docs)
     for obj, pod in workloads(docs):

@@ -22,9 +22,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import IO
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "docker"
@@ -38,10 +39,18 @@ def log(message: str) -> None:
     print(f"[images] {message}", file=sys.stderr, flush=True)
 
 
-def run(cmd: Sequence[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    """Run ``cmd``, failing with its output when it exits non-zero."""
+def run(
+    cmd: Sequence[str],
+    *,
+    stdin: IO[bytes] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 1800,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cmd``, failing with its output when it exits non-zero or overruns ``timeout``."""
     started = time.monotonic()
-    proc = subprocess.run(list(cmd), capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
+    proc = subprocess.run(
+        list(cmd), stdin=stdin, env=env, capture_output=True, text=True, timeout=timeout
+    )
     if proc.returncode != 0:
         raise RuntimeError(
             f"command failed ({proc.returncode}): {' '.join(cmd)}\n"
