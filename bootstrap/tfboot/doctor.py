@@ -59,12 +59,13 @@ def collect(verify: bool = False) -> dict[str, Any]:
     report["tensorflow_version"] = tf.__version__
     physical = {kind: tf.config.list_physical_devices(kind) for kind in ("CPU", "GPU")}
     report["physical_devices"] = {k: [d.name for d in v] for k, v in physical.items()}
+    logical = {k: [d.name for d in tf.config.list_logical_devices(k)] for k in ("CPU", "GPU")}
+    report["logical_devices"] = logical
+    # After the runtime started: pluggable devices have no executor before it.
     report["gpu_details"] = {
         d.name: {k: str(v) for k, v in tf.config.experimental.get_device_details(d).items()}
         for d in physical["GPU"]
     }
-    logical = {k: [d.name for d in tf.config.list_logical_devices(k)] for k in ("CPU", "GPU")}
-    report["logical_devices"] = logical
     caps = _logical_caps(result.plan if result else None, len(physical["GPU"]), logical["GPU"])
     memory: dict[str, Any] = {}
     for name in logical["GPU"]:

@@ -513,6 +513,7 @@ def _plan_hint(rule: str, grant: GpuGrant) -> str:
         "require-gpu-without-gpu": "request a GPU (nvidia.com/gpu) or drop REQUIRE_GPU",
         "gpu-setting-without-gpu": "request a GPU, or drop the GPU settings from this container",
         "visible-gpu-out-of-range": f"use indexes below {grant.count}, or request more GPUs",
+        "plan-warning": "change the setting the message names, or accept what it says",
     }.get(rule, "")
 
 
