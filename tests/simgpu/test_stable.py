@@ -97,3 +97,29 @@ def test_doctor_json_reports_simulated_devices(stable_gpu: SimGpu) -> None:
         entry = report["memory"][name]
         assert entry["current_bytes"] >= 0
         assert entry["peak_bytes"] >= entry["current_bytes"]
+
+
+def test_split_count_without_a_cap_fails_on_a_gpu_host(stable_gpu: SimGpu) -> None:
+    run = stable_gpu.run("import tensorflow", {"VIRTUAL_SPLIT": "2"})
+    assert not run.ok
+    assert "VIRTUAL_SPLIT='2' is invalid" in run.stderr
+    assert "MEMORY_LIMIT_MB is not set" in run.stderr
+
+
+USER_GROWTH_AFTER_CAP = """
+import json
+import tensorflow as tf
+gpu = tf.config.list_physical_devices("GPU")[0]
+try:
+    tf.config.experimental.set_memory_growth(gpu, True)
+    outcome = "accepted"
+except ValueError as exc:
+    outcome = str(exc)
+print(json.dumps({"outcome": outcome}))
+"""
+
+
+def test_user_set_memory_growth_after_a_cap_is_refused_by_tensorflow(stable_gpu: SimGpu) -> None:
+    # Documented: with a cap, TensorFlow refuses set_memory_growth; MEMORY_GROWTH=true is the way.
+    run = stable_gpu.run(USER_GROWTH_AFTER_CAP, {"MEMORY_LIMIT_MB": "512"}).check()
+    assert "virtual devices configured" in run.output["outcome"]
