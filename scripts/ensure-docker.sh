@@ -81,5 +81,5 @@ for _ in $(seq 1 "$wait_seconds"); do
 done
 
 say "the Docker engine did not answer within ${wait_seconds}s; last lines of $log:"
-tail -n 30 "$log" >&2 2>/dev/null || true
+tail -n 20 "$log" >&2 2>/dev/null || true
 exit 1

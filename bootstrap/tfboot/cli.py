@@ -130,12 +130,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if report.get("error") or failed else 0
 
 
-def cmd_manifests(args: argparse.Namespace) -> int:
-    from .manifests import main as manifests_main
-
-    return manifests_main(args.rest)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tfboot",
@@ -165,17 +159,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.set_defaults(func=cmd_doctor)
 
-    manifests = commands.add_parser(
-        "manifests",
-        help="check Kubernetes YAML (files or - for stdin); --help for details",
-        add_help=False,
-    )
-    manifests.add_argument("rest", nargs=argparse.REMAINDER)
-    manifests.set_defaults(func=cmd_manifests)
+    # Listed for --help; main() hands `manifests` to its own parser.
+    commands.add_parser("manifests", help="check Kubernetes YAML (files or - for stdin)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["manifests"]:  # its own parser: options before PATHs, and its own --help
+        from .manifests import main as manifests_main
+
+        return manifests_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

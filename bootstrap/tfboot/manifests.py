@@ -22,7 +22,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -39,6 +39,7 @@ MIN_HEADROOM_MIB = 512
 
 RULES: dict[str, tuple[str, str]] = {
     "unreadable": (ERROR, "the input is not valid YAML or JSON"),
+    "malformed": (ERROR, "a field has a shape Kubernetes does not accept"),
     "no-workloads": (ERROR, "the input holds no workload with a Pod template"),
     "config-invalid": (ERROR, "a tfboot variable has an invalid value"),
     "env-not-string": (ERROR, "an env value is not a string"),
@@ -93,6 +94,10 @@ _SUFFIX.update({f"{p}i": Decimal(1024**n) for n, p in enumerate("KMGTPE", start=
 
 class InputError(Exception):
     """An input that cannot be read at all (a missing file, PyYAML not installed)."""
+
+
+class DocumentError(ValueError):
+    """An input that is neither JSON nor YAML."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +169,10 @@ def parse_documents(text: str) -> list[Any]:
     docs = _json_documents(text) if text.lstrip()[:1] in ("{", "[") else None
     if docs is None:
         yaml = _yaml_module()
-        docs = list(yaml.safe_load_all(text))
+        try:
+            docs = list(yaml.safe_load_all(text))
+        except yaml.YAMLError as exc:
+            raise DocumentError(" ".join(str(exc).split())) from None
     expanded: list[Any] = []
     for doc in docs:
         if isinstance(doc, list):
@@ -648,31 +656,60 @@ def _check_request_pairs(
 # ---------------------------------------------------------------- security context
 
 
+SecurityRule = tuple[str, Callable[[Container], bool], str, str]
+SECURITY_RULES: tuple[SecurityRule, ...] = (
+    (
+        "run-as-non-root",
+        lambda c: c.effective("runAsNonRoot") is True and c.effective("runAsUser") != 0,
+        "runAsNonRoot is not true, or runAsUser is 0",
+        "set securityContext.runAsNonRoot: true and a non-zero runAsUser",
+    ),
+    (
+        "read-only-root-fs",
+        lambda c: c.security().get("readOnlyRootFilesystem") is True,
+        "readOnlyRootFilesystem is not true",
+        "set it, with emptyDir volumes for /tmp and HOME",
+    ),
+    (
+        "privilege-escalation",
+        lambda c: c.security().get("allowPrivilegeEscalation") is False,
+        "allowPrivilegeEscalation is not false",
+        "set securityContext.allowPrivilegeEscalation: false",
+    ),
+    (
+        "privileged",
+        lambda c: c.security().get("privileged") is not True,
+        "the container is privileged",
+        "remove privileged: true",
+    ),
+    (
+        "capabilities-drop-all",
+        lambda c: "ALL" in ((c.security().get("capabilities") or {}).get("drop") or []),
+        "capabilities.drop does not list ALL",
+        'set securityContext.capabilities.drop: ["ALL"]',
+    ),
+    (
+        "seccomp-profile",
+        lambda c: (
+            (c.effective("seccompProfile") or {}).get("type") in ("RuntimeDefault", "Localhost")
+        ),
+        "seccompProfile is not RuntimeDefault or Localhost (on the container or the Pod)",
+        "set securityContext.seccompProfile.type: RuntimeDefault",
+    ),
+    (
+        "tmp-not-writable",
+        lambda c: c.security().get("readOnlyRootFilesystem") is not True or _mounted(c, "/tmp"),
+        "the root filesystem is read-only and /tmp is not a volume",
+        "mount an emptyDir at /tmp",
+    ),
+)
+
+
 def check_security(container: Container, report: Report) -> None:
-    """The hardened security context: each rule on its own."""
-    own = container.security()
-    where = container.where
-    if container.effective("runAsNonRoot") is not True or container.effective("runAsUser") == 0:
-        report.add(where, "run-as-non-root", "runAsNonRoot is not true (or runAsUser is 0)",
-                   "set securityContext.runAsNonRoot: true and a non-zero runAsUser")  # fmt: skip
-    if own.get("readOnlyRootFilesystem") is not True:
-        report.add(where, "read-only-root-fs", "readOnlyRootFilesystem is not true",
-                   "set it, with emptyDir volumes for /tmp and HOME")  # fmt: skip
-    if own.get("allowPrivilegeEscalation") is not False:
-        report.add(where, "privilege-escalation", "allowPrivilegeEscalation is not false",
-                   "set securityContext.allowPrivilegeEscalation: false")  # fmt: skip
-    if own.get("privileged") is True:
-        report.add(where, "privileged", "privileged: true", "remove privileged")
-    if "ALL" not in ((own.get("capabilities") or {}).get("drop") or []):
-        report.add(where, "capabilities-drop-all", "capabilities.drop does not list ALL",
-                   'set securityContext.capabilities.drop: ["ALL"]')  # fmt: skip
-    profile = (container.effective("seccompProfile") or {}).get("type")
-    if profile not in ("RuntimeDefault", "Localhost"):
-        report.add(where, "seccomp-profile", f"seccompProfile type is {profile or 'unset'}",
-                   "set securityContext.seccompProfile.type: RuntimeDefault")  # fmt: skip
-    if own.get("readOnlyRootFilesystem") is True and not _mounted(container, "/tmp"):
-        report.add(where, "tmp-not-writable", "the root filesystem is read-only and /tmp is not "
-                   "a volume", "mount an emptyDir at /tmp")  # fmt: skip
+    """The hardened security context, one rule per setting."""
+    for rule, holds, message, hint in SECURITY_RULES:
+        if not holds(container):
+            report.add(container.where, rule, message, hint)
 
 
 def _mounted(container: Container, path: str) -> bool:
@@ -705,10 +742,8 @@ def check_text(file: str, text: str, report: Report) -> None:
     """Check every workload in one input."""
     try:
         docs = parse_documents(text)
-    except Exception as exc:  # the YAML parser's errors; PyYAML is optional
-        if isinstance(exc, InputError):
-            raise
-        report.add((file, "-", "-"), "unreadable", " ".join(str(exc).split()))
+    except DocumentError as exc:
+        report.add((file, "-", "-"), "unreadable", str(exc))
         return
     maps = configmaps(docs)
     for obj, pod in workloads(docs):
@@ -716,7 +751,22 @@ def check_text(file: str, text: str, report: Report) -> None:
         for container in containers(file, obj, pod, maps):
             report.containers += 1
             for check in CONTAINER_CHECKS:
-                check(container, report)
+                _run_check(check, container, report)
+
+
+def _run_check(
+    check: Callable[[Container, Report], None], container: Container, report: Report
+) -> None:
+    """One check; a field of an unexpected type is a finding, not a crash."""
+    try:
+        check(container, report)
+    except (AttributeError, TypeError, KeyError) as exc:
+        report.add(
+            container.where,
+            "malformed",
+            f"{check.__name__} could not read this container: {type(exc).__name__}: {exc}",
+            "run kubernetes-validate --strict on it to see which field has the wrong shape",
+        )
 
 
 def check_paths(paths: Sequence[str]) -> Report:

@@ -33,8 +33,8 @@ class KubectlError(RuntimeError):
 
 
 def find_kubectl() -> str | None:
-    """``$KUBECTL`` or ``kubectl`` on PATH."""
-    return os.environ.get("KUBECTL") or shutil.which("kubectl")
+    """``$KUBECTL`` or ``kubectl`` on PATH, when it is an executable."""
+    return shutil.which(os.environ.get("KUBECTL") or "kubectl")
 
 
 def kustomize_version(kubectl: str) -> tuple[int, ...]:

@@ -6,6 +6,7 @@ copy of the overlay changes every place it feeds, and the checker catches a mism
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,23 @@ def test_downward_api_component_renders_valid_and_clean(kubectl: str, tmp_path: 
     for version in KUBERNETES_VERSIONS:
         kubernetes_validate.validate(docs[0], version, strict=True)
     assert check(text).findings == []
+
+
+def test_copied_overlay_takes_your_image(kubectl: str, tmp_path: Path) -> None:
+    """The documented quick start: a copy of an overlay elsewhere, with its own image."""
+    k8s = copy_k8s(tmp_path)
+    mine = tmp_path / "deploy" / "train"
+    shutil.copytree(k8s / "overlays" / "shared-gpu-hami", mine)
+    text = (mine / "kustomization.yaml").read_text()
+    text = text.replace("../../base", "../../k8s/base")
+    text += (
+        "images:\n  - name: ghcr.io/example/train\n"
+        '    newName: registry.example.com/team/train\n    newTag: "2.3.0"\n'
+    )
+    (mine / "kustomization.yaml").write_text(text)
+    rendered = render_text(kubectl, mine)
+    assert only_container(documents(rendered))["image"] == "registry.example.com/team/train:2.3.0"
+    assert check(rendered).findings == []
 
 
 # ------------------------------------------------------------------ one literal per number
