@@ -55,7 +55,7 @@ class TestGpuHost:
         env = {
             "MEMORY_LIMIT_MB": "auto",
             "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m",
-            "CUDA_DEVICE_MEMORY_LIMIT_1": "1024m",
+            "CUDA_DEVICE_MEMORY_LIMIT_1": "1536m",
             "VIRTUAL_SPLIT": "1024,1024",
         }
         with pytest.raises(ConfigError, match="cap of 1024 MiB"):

@@ -119,12 +119,20 @@ class TestDevicePluginAuto:
                 "CUDA_DEVICE_MEMORY_LIMIT_1": "2g",
             }
         )
-        assert settings.caps_mb(0) == 6144 and settings.caps_mb(1) == 2048
-        assert settings.source("MEMORY_LIMIT_MB").startswith("HAMi")
+        # The share minus the headroom HAMi's hard limit needs for the CUDA context.
+        assert settings.caps_mb(0) == 5632 and settings.caps_mb(1) == 1536
+        assert settings.source("MEMORY_LIMIT_MB") == (
+            "HAMi CUDA_DEVICE_MEMORY_LIMIT_0=6144m, CUDA_DEVICE_MEMORY_LIMIT_1=2g "
+            "minus 512 MiB headroom"
+        )
 
     def test_hami_for_all_devices(self) -> None:
         settings = resolve({"MEMORY_LIMIT_MB": "AUTO", "CUDA_DEVICE_MEMORY_LIMIT": "4096"})
-        assert settings.caps_mb(3) == 4096
+        assert settings.caps_mb(3) == 3584
+
+    def test_hami_share_too_small_for_the_headroom(self) -> None:
+        env = {"MEMORY_LIMIT_MB": "auto", "CUDA_DEVICE_MEMORY_LIMIT_0": "512m"}
+        assert "must exceed 512 MiB" in problem_text(env)
 
     def test_gpushare_gib(self) -> None:
         settings = resolve({"MEMORY_LIMIT_MB": "auto", "ALIYUN_COM_GPU_MEM_CONTAINER": "6"})

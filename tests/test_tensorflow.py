@@ -172,8 +172,8 @@ class TestNoGpu:
         run = run_python("import tensorflow", {"REQUIRE_GPU": "true"})
         assert run.returncode != 0
         assert (
-            "REQUIRE_GPU='true' is invalid: a GPU is required, but TensorFlow lists no GPU"
-            in run.stderr
+            "REQUIRE_GPU='true' cannot be applied on this host: "
+            "a GPU is required, but TensorFlow lists no GPU" in run.stderr
         )
 
     def test_visible_gpu_index_warns_once_and_runs_on_cpu(self) -> None:

@@ -13,12 +13,14 @@ class Problem:
     value: str | None
     accepted: str
     hint: str = ""
+    # A valid value that this host cannot satisfy says so instead of "is invalid".
+    verdict: str = "is invalid"
 
     def __str__(self) -> str:
         if self.value is None:
             text = f"{self.variable}: {self.accepted}" if self.variable else self.accepted
         else:
-            text = f"{self.variable}={self.value!r} is invalid: {self.accepted}"
+            text = f"{self.variable}={self.value!r} {self.verdict}: {self.accepted}"
         return f"{text}; {self.hint}" if self.hint else text
 
 

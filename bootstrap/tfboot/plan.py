@@ -13,6 +13,7 @@ from .errors import ConfigError, Problem
 from .settings import Settings
 
 GPU_SETTINGS = ("VISIBLE_GPU", "MEMORY_LIMIT_MB", "MEMORY_GROWTH")
+ON_THIS_HOST = "cannot be applied on this host"
 INTRA_ENV = "TF_NUM_INTRAOP_THREADS"
 INTER_ENV = "TF_NUM_INTEROP_THREADS"
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
@@ -81,7 +82,10 @@ def _plan_no_gpu(plan: Plan, settings: Settings, gpu_count: int) -> None:
         why = "VISIBLE_GPU=none hides every GPU" if hidden else "TensorFlow lists no GPU"
         raise ConfigError(
             Problem(
-                "REQUIRE_GPU", settings.given["REQUIRE_GPU"][0], f"a GPU is required, but {why}"
+                "REQUIRE_GPU",
+                settings.given["REQUIRE_GPU"][0],
+                f"a GPU is required, but {why}",
+                verdict=ON_THIS_HOST,
             )
         )
     ignored = [_given(settings, n) for n in GPU_SETTINGS if n in settings.given and not hidden]
@@ -111,6 +115,7 @@ def _plan_gpus(plan: Plan, settings: Settings, gpu_count: int, env: Mapping[str,
                     f"index {missing[0]} does not exist: TensorFlow lists {gpu_count} GPU(s), "
                     f"indexes 0 to {gpu_count - 1}",
                     "indexes count after CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES",
+                    verdict=ON_THIS_HOST,
                 )
             )
         plan.visible_gpus = visible
@@ -173,6 +178,7 @@ def _logical_sizes(
                     f"set MEMORY_LIMIT_MB (each logical GPU gets MEMORY_LIMIT_MB // {split}), "
                     "MEMORY_LIMIT_MB=auto under a GPU-sharing plugin, or give sizes such as "
                     "VIRTUAL_SPLIT=2048,2048",
+                    verdict=ON_THIS_HOST,
                 )
             )
         return (cap // split,) * split

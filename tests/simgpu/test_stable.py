@@ -102,7 +102,7 @@ def test_doctor_json_reports_simulated_devices(stable_gpu: SimGpu) -> None:
 def test_split_count_without_a_cap_fails_on_a_gpu_host(stable_gpu: SimGpu) -> None:
     run = stable_gpu.run("import tensorflow", {"VIRTUAL_SPLIT": "2"})
     assert not run.ok
-    assert "VIRTUAL_SPLIT='2' is invalid" in run.stderr
+    assert "VIRTUAL_SPLIT='2' cannot be applied on this host" in run.stderr
     assert "MEMORY_LIMIT_MB is not set" in run.stderr
 
 
