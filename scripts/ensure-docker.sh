@@ -80,6 +80,6 @@ for _ in $(seq 1 "$wait_seconds"); do
     sleep 1
 done
 
-say "the Docker engine did not answer within ${wait_seconds}s; last lines of $log:"
+say "last lines of $log:"
 tail -n 20 "$log" >&2 2>/dev/null || true
-exit 1
+die "the Docker engine did not answer within ${wait_seconds}s (log: $log)"

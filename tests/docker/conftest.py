@@ -40,13 +40,14 @@ def docker_engine() -> None:
             timeout=900,
             stdin=subprocess.DEVNULL,
         )
-        problem = "" if proc.returncode == 0 else proc.stderr.strip()[-2000:]
+        output = "" if proc.returncode == 0 else proc.stderr.strip() or f"exit {proc.returncode}"
     except (OSError, subprocess.TimeoutExpired) as exc:
-        problem = str(exc)
-    if problem:
-        reason = f"no Docker engine ({ENSURE_DOCKER.name} failed): {problem}"
+        output = str(exc)
+    if output:
+        # The script's last line says what went wrong; the lines before it give the detail.
+        reason = f"no Docker engine: {output.splitlines()[-1]}"
         if in_ci():
-            pytest.fail(reason)
+            pytest.fail(f"{reason}\n{output[-4000:]}")
         warnings.warn(reason, stacklevel=1)
         pytest.skip(reason)
 
