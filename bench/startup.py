@@ -1,7 +1,7 @@
 """Start-up cost of tfboot, measured side by side in one run.
 
-Compares the same interpreter with tfboot installed and a twin environment without it
-(same packages, every other .pth file, tfboot.pth left out):
+Compares this environment, with tfboot installed, and a hard-linked twin of it that
+differs only in lacking tfboot.pth (so start-up sees the same files everywhere else):
 
   1. `python -c pass` with no tfboot variable set, and with variables set;
   2. `import tensorflow` timed inside the process, with tfboot applying a configuration
@@ -22,7 +22,6 @@ import sys
 import sysconfig
 import tempfile
 import time
-import venv
 from pathlib import Path
 
 SET = {"MEMORY_LIMIT_MB": "6144", "VIRTUAL_SPLIT": "2", "MEMORY_GROWTH": "true"}
@@ -32,22 +31,12 @@ TIMED_IMPORT = (
 
 
 def twin_without_tfboot(root: Path) -> Path:
-    """A venv that sees this one's packages but does not process tfboot.pth."""
-    venv.EnvBuilder(with_pip=False, symlinks=True).create(root)
-    python = root / "bin" / "python"
-    purelib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    ours = Path(sysconfig.get_paths()["purelib"])
-    for pth in ours.glob("*.pth"):
-        if pth.name != "tfboot.pth":
-            shutil.copy(pth, purelib)
-    # Processed first (.pth files run in name order), so the copied ones find their modules.
-    (Path(purelib) / "00-shared-site-packages.pth").write_text(f"{ours}\n")
-    return python
+    """A hard-linked copy of this environment, identical but for tfboot.pth."""
+    prefix = Path(sys.prefix)
+    shutil.copytree(prefix, root, symlinks=True, copy_function=os.link)
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    (root / purelib.relative_to(prefix) / "tfboot.pth").unlink()
+    return root / Path(sys.executable).relative_to(prefix)
 
 
 def clean_env(extra: dict[str, str]) -> dict[str, str]:
@@ -86,7 +75,8 @@ def main() -> None:
     parser.add_argument("--tf-runs", type=int, default=12, help="runs of import tensorflow")
     args = parser.parse_args()
     ours = sys.executable
-    with tempfile.TemporaryDirectory() as tmp:
+    # The twin is made beside this environment: hard links need the same file system.
+    with tempfile.TemporaryDirectory(dir=Path(sys.prefix).parent) as tmp:
         twin = str(twin_without_tfboot(Path(tmp) / "twin"))
         unset, configured = clean_env({}), clean_env(SET)
         rows = [

@@ -1,30 +1,51 @@
-"""Interpreter start-up (the target of ``tfboot.pth``): register the TensorFlow import hook.
+"""Start-up: register the TensorFlow and Keras import hooks.
 
-Runs in every Python process of the environment, so it does almost nothing: unless the
-kill switch is on, it registers callbacks for ``tensorflow`` and ``keras`` and returns.
-Nothing is parsed and TensorFlow is not imported here. It never raises: an exception that
-escapes ``site`` prints noise at every start, and a ``BaseException`` aborts the interpreter.
-It imports only what ``site`` has already loaded (annotations are strings for that reason).
+``tfboot.pth`` imports the ``tfboot`` package at interpreter start, which puts a
+trampoline on ``sys.meta_path``; the first time ``tensorflow`` or ``keras`` is imported,
+the trampoline calls ``activate``, which installs the real hooks and hands the import to
+them. Python 3.15+ runs ``install`` directly through ``tfboot.start``. Unless the kill
+switch is on, it registers callbacks and returns: nothing is parsed and TensorFlow is
+not imported here. It never raises (an exception that escapes ``site`` prints noise at
+every start, and a ``BaseException`` aborts the interpreter), and it imports only what
+``site`` has already loaded (annotations are strings for that reason).
 """
 
 import os
 
 
-def install() -> None:
-    """Register the hooks once; safe to call any number of times."""
+def install() -> bool:
+    """Register the hooks once (safe to call any number of times); True if they are active."""
     try:
         if os.environ.get("TFBOOT_DISABLE", "").strip().lower() in ("1", "true", "yes", "on"):
-            return
+            return False
         from . import _hook
 
-        if "tensorflow" in _hook.finder().hooks:
-            return
-        _hook.when_imported("tensorflow", before=_validate, after=_configure)
-        for name in ("keras", "tf_keras"):
-            _hook.when_imported(name, after=_configure_keras)
+        if "tensorflow" not in _hook.finder().hooks:
+            _hook.when_imported("tensorflow", before=_validate, after=_configure)
+            for name in ("keras", "tf_keras"):
+                _hook.when_imported(name, after=_configure_keras)
+        return True
     except BaseException as exc:
         if os.environ.get("TFBOOT_LOG", "").strip().lower() == "debug":
             os.write(2, f"tfboot: debug: import hook not installed: {exc!r}\n".encode())
+        return False
+
+
+def activate(name: str) -> "object":
+    """The trampoline's call: install the hooks in its place, then let them find ``name``."""
+    import sys
+
+    from . import _Trampoline
+
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Trampoline)]
+    if not install():
+        return None
+    from . import _hook
+
+    try:
+        return _hook.finder().find_spec(name)
+    except Exception:  # the import then proceeds without tfboot's hook, never fails here
+        return None
 
 
 def _validate(_module: "object") -> None:
@@ -43,6 +64,3 @@ def _configure_keras(module: "object") -> None:
     from .apply import apply_keras
 
     apply_keras(module)
-
-
-install()

@@ -42,9 +42,9 @@ def _threads(tf: Any, getter: str, variable: str, schedulable: int) -> dict[str,
 
 def collect(verify: bool = False) -> dict[str, Any]:
     """Everything the doctor reports, as one JSON-ready dict."""
-    from ._hook import remove_hooks
+    from . import uninstall
 
-    remove_hooks()  # apply below, catching errors, instead of failing inside the import
+    uninstall()  # apply below, catching errors, instead of failing inside the import
     import tensorflow as tf
 
     error = None
