@@ -29,5 +29,5 @@ say "building and installing the tfboot wheel"
 bash scripts/install-wheel.sh
 
 .venv/bin/ruff check .
-.venv/bin/ruff format --check .
+.venv/bin/ruff format --check bootstrap tests bench docker
 exec .venv/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider "$@"
