@@ -30,4 +30,4 @@ bash scripts/install-wheel.sh
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check bootstrap tests bench docker
-exec .venv/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider "$@"
+exec .venv/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -rs "$@"

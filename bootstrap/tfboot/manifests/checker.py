@@ -1,0 +1,59 @@
+"""Running every container check over the inputs, into one ``Report``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .documents import DocumentError, parse_documents, read_source
+from .hardening import check_image, check_resources, check_security
+from .report import Report
+from .variables import check_tfboot
+from .workloads import Container, configmaps, containers, workloads
+
+CONTAINER_CHECKS = (check_resources, check_security, check_image, check_tfboot)
+
+
+def check_text(file: str, text: str, report: Report) -> None:
+    """Check every workload in one input."""
+    try:
+        docs = parse_documents(text)
+    except DocumentError as exc:
+        report.add((file, "-", "-"), "unreadable", str(exc))
+        return
+    maps = configmaps(docs)
+    for obj, pod in workloads(docs):
+        report.objects += 1
+        for container in containers(file, obj, pod, maps):
+            report.containers += 1
+            for check in CONTAINER_CHECKS:
+                _run_check(check, container, report)
+
+
+def _run_check(
+    check: Callable[[Container, Report], None], container: Container, report: Report
+) -> None:
+    """One check; a field of an unexpected type is a finding, not a crash."""
+    try:
+        check(container, report)
+    except (AttributeError, TypeError, KeyError) as exc:
+        report.add(
+            container.where,
+            "malformed",
+            f"{check.__name__} could not read this container: {type(exc).__name__}: {exc}",
+            "run kubernetes-validate --strict on it to see which field has the wrong shape",
+        )
+
+
+def check_paths(paths: Sequence[str]) -> Report:
+    """Check files (``-`` for stdin); raises ``InputError`` when one cannot be read."""
+    report = Report()
+    for path in paths:
+        check_text(*read_source(path), report)
+    if not report.objects and not any(f.rule == "unreadable" for f in report.findings):
+        report.add(
+            (", ".join(paths), "-", "-"),
+            "no-workloads",
+            "no Pod, Job, CronJob, Deployment, StatefulSet, DaemonSet or ReplicaSet found",
+            "check that the input is the rendered manifests (kubectl kustomize DIR)",
+        )
+    return report

@@ -1,0 +1,97 @@
+"""Reading the inputs: files or stdin, JSON or multi-document YAML, Kubernetes quantities.
+
+PyYAML is imported only when an input is not JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$")
+_SUFFIX = {"": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+           "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
+           "P": Decimal("1e15"), "E": Decimal("1e18")}  # fmt: skip
+_SUFFIX.update({f"{p}i": Decimal(1024**n) for n, p in enumerate("KMGTPE", start=1)})
+
+
+class InputError(Exception):
+    """An input that cannot be read at all (a missing file, PyYAML not installed)."""
+
+
+class DocumentError(ValueError):
+    """An input that is neither JSON nor YAML."""
+
+
+def _yaml_module() -> Any:
+    try:
+        import yaml
+    except ImportError:
+        raise InputError(
+            "reading YAML needs PyYAML: pip install 'tfboot[manifests]' "
+            "(JSON input, such as kubectl's -o json, needs nothing)"
+        ) from None
+    return yaml
+
+
+def _json_documents(text: str) -> list[Any] | None:
+    """Concatenated JSON values, or None when ``text`` is not JSON."""
+    decoder, docs, index = json.JSONDecoder(), [], 0
+    while True:
+        while index < len(text) and text[index].isspace():
+            index += 1
+        if index == len(text):
+            return docs
+        try:
+            doc, index = decoder.raw_decode(text, index)
+        except json.JSONDecodeError:
+            return None
+        docs.append(doc)
+
+
+def parse_documents(text: str) -> list[Any]:
+    """Every document in ``text`` (JSON or multi-document YAML), ``List`` items expanded."""
+    docs = _json_documents(text) if text.lstrip()[:1] in ("{", "[") else None
+    if docs is None:
+        yaml = _yaml_module()
+        try:
+            docs = list(yaml.safe_load_all(text))
+        except yaml.YAMLError as exc:
+            raise DocumentError(" ".join(str(exc).split())) from None
+    expanded: list[Any] = []
+    for doc in docs:
+        if isinstance(doc, list):
+            expanded += doc
+        elif isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List"):
+            expanded += doc.get("items") or []
+        elif doc is not None:
+            expanded.append(doc)
+    return expanded
+
+
+def read_source(path: str) -> tuple[str, str]:
+    """``(display name, text)`` of a file, or of stdin for ``-``."""
+    if path == "-":
+        return "<stdin>", sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return path, fh.read()
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def quantity(value: Any) -> Decimal | None:
+    """A Kubernetes quantity (``500m``, ``16Gi``, ``2``) as a number, or None if invalid."""
+    match = _QUANTITY.match(str(value).strip()) if value is not None else None
+    if not match:
+        return None
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        if suffix[:1] in ("e", "E"):
+            return Decimal(number + suffix)
+        return Decimal(number) * _SUFFIX[suffix]
+    except InvalidOperation:
+        return None

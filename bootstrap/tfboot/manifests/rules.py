@@ -1,0 +1,41 @@
+"""The rules of ``tfboot manifests``: each rule's id, severity and one-line summary."""
+
+from __future__ import annotations
+
+ERROR, WARNING = "error", "warning"
+# Below a hard share, TensorFlow's cap must leave this much for the CUDA context and libraries.
+MIN_HEADROOM_MIB = 512
+
+RULES: dict[str, tuple[str, str]] = {
+    "unreadable": (ERROR, "the input is not valid YAML or JSON"),
+    "malformed": (ERROR, "a field has a shape Kubernetes does not accept"),
+    "no-workloads": (ERROR, "the input holds no workload with a Pod template"),
+    "config-invalid": (ERROR, "a tfboot variable has an invalid value"),
+    "env-not-string": (ERROR, "an env value is not a string"),
+    "memory-auto-without-share": (ERROR, "MEMORY_LIMIT_MB=auto with no GPU-sharing resource"),
+    "gpu-memory-over-share": (ERROR, "TensorFlow's GPU memory exceeds the GPU share granted"),
+    "gpu-memory-no-headroom": (WARNING, f"under {MIN_HEADROOM_MIB} MiB left below a hard share"),
+    "share-without-cap": (ERROR, "an advisory GPU share (gpushare) without MEMORY_LIMIT_MB"),
+    "visible-gpu-out-of-range": (ERROR, "a VISIBLE_GPU index the GPU resources do not grant"),
+    "split-needs-cap": (ERROR, "VIRTUAL_SPLIT on GPUs that cannot be divided as given"),
+    "require-gpu-without-gpu": (ERROR, "REQUIRE_GPU=true with no GPU resource"),
+    "gpu-setting-without-gpu": (WARNING, "GPU settings with no GPU resource (ignored at run)"),
+    "plan-warning": (WARNING, "tfboot will warn at run time"),
+    "tfboot-disabled": (WARNING, "TFBOOT_DISABLE is on: no tfboot variable is applied"),
+    "cpu-threads-downward": (ERROR, "CPU_THREADS from the Downward API that is not a core count"),
+    "cpu-threads-over-limit": (WARNING, "CPU_THREADS above limits.cpu"),
+    "resource-field-extended": (ERROR, "a resourceFieldRef to an extended resource"),
+    "resource-field-invalid": (ERROR, "a resourceFieldRef to a resource it cannot expose"),
+    "resources-missing": (ERROR, "no cpu or memory request or limit"),
+    "quantity-invalid": (ERROR, "a resource quantity that does not parse"),
+    "requests-over-limits": (ERROR, "a request above its limit"),
+    "extended-resource-requests": (ERROR, "an extended resource request unequal to its limit"),
+    "run-as-non-root": (ERROR, "the container may run as root"),
+    "read-only-root-fs": (ERROR, "readOnlyRootFilesystem is not true"),
+    "privilege-escalation": (ERROR, "allowPrivilegeEscalation is not false"),
+    "privileged": (ERROR, "the container is privileged"),
+    "capabilities-drop-all": (ERROR, "capabilities do not drop ALL"),
+    "seccomp-profile": (ERROR, "no RuntimeDefault or Localhost seccomp profile"),
+    "image-not-pinned": (ERROR, "the image has no tag, or :latest"),
+    "tmp-not-writable": (WARNING, "read-only root filesystem without a volume at /tmp"),
+}

@@ -1,0 +1,193 @@
+"""The tfboot variables of a container against the resources it is granted.
+
+Runs tfboot's own parser and planner (``settings.resolve``, ``plan.make_plan``) on the
+rebuilt environment, for a node that gives exactly what the limits grant.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from ..cpu import CpuBudget
+from ..errors import ConfigError, Problem
+from ..plan import Plan, make_plan
+from ..settings import CONTRACT, CONTROL, DISABLE, Settings, disabled, resolve
+from .documents import quantity
+from .environment import container_env
+from .report import Report
+from .rules import MIN_HEADROOM_MIB
+from .workloads import Container, GpuGrant, gpu_grant
+
+ACCEPTED = {variable.name: variable.accepted for variable in CONTRACT + CONTROL}
+
+
+def _without_hint(problem: Problem) -> str:
+    """The problem's text; its hint goes to the finding's fix."""
+    return str(replace(problem, hint=""))
+
+
+def _is_auto_without_plugin(problem: Problem) -> bool:
+    return problem.variable == "MEMORY_LIMIT_MB" and str(problem.value).strip().lower() == "auto"
+
+
+def _report_problems(container: Container, problems: Sequence[Problem], report: Report) -> None:
+    for problem in problems:
+        if _is_auto_without_plugin(problem):
+            report.add(
+                container.where,
+                "memory-auto-without-share",
+                "MEMORY_LIMIT_MB=auto takes the share a GPU-sharing device plugin grants, "
+                "and no such resource is requested",
+                "request nvidia.com/gpumem (HAMi) or aliyun.com/gpu-mem (gpushare), "
+                "or give MEMORY_LIMIT_MB in MiB",
+            )
+        else:
+            accepted = ACCEPTED.get(problem.variable, "")
+            hint = problem.hint or (f"accepted: {accepted}" if accepted else "")
+            report.add(container.where, "config-invalid", _without_hint(problem), hint)
+
+
+def _resolve(
+    container: Container, env: Mapping[str, str], report: Report
+) -> tuple[Settings, Mapping[str, str]] | None:
+    """Settings from ``env``; when some values are invalid, the settings without them.
+
+    The second attempt lets the checks against the resources run on the valid values.
+    """
+    try:
+        return resolve(env), env
+    except ConfigError as exc:
+        _report_problems(container, exc.problems, report)
+        invalid = {p.variable for p in exc.problems}
+    rest = {k: v for k, v in env.items() if k not in invalid}
+    try:
+        return resolve(rest), rest
+    except ConfigError:
+        return None
+
+
+PLAN_RULES = {
+    "VISIBLE_GPU": "visible-gpu-out-of-range",
+    "VIRTUAL_SPLIT": "split-needs-cap",
+    "REQUIRE_GPU": "require-gpu-without-gpu",
+}
+
+
+def _plan(
+    container: Container,
+    settings: Settings,
+    grant: GpuGrant,
+    env: Mapping[str, str],
+    report: Report,
+) -> Plan | None:
+    """tfboot's own plan for a node that gives exactly what the limits grant."""
+    cpus = quantity(container.resources("limits").get("cpu"))
+    quota = float(cpus) if cpus else None
+    budget = CpuBudget(max(1, math.ceil(quota or 1)), quota, "limits.cpu")
+    try:
+        plan = make_plan(settings, grant.count, budget, env)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            rule = PLAN_RULES.get(problem.variable, "config-invalid")
+            hint = _plan_hint(rule, grant) or problem.hint
+            report.add(container.where, rule, _on_node(_without_hint(problem), grant), hint)
+        return None
+    rule = "plan-warning" if grant.count else "gpu-setting-without-gpu"
+    for warning in plan.warnings:
+        report.add(container.where, rule, _on_node(warning, grant), _plan_hint(rule, grant))
+    return plan
+
+
+def _on_node(text: str, grant: GpuGrant) -> str:
+    granted = f"{grant.count} GPU(s)" if grant.count else "no GPU"
+    return f"{text} [the limits grant {granted}]"
+
+
+def _plan_hint(rule: str, grant: GpuGrant) -> str:
+    return {
+        "require-gpu-without-gpu": "request a GPU (nvidia.com/gpu) or drop REQUIRE_GPU",
+        "gpu-setting-without-gpu": "request a GPU, or drop the GPU settings from this container",
+        "visible-gpu-out-of-range": f"use indexes below {grant.count}, or request more GPUs",
+        "plan-warning": "change the setting the message names, or accept what it says",
+    }.get(rule, "")
+
+
+def _check_share(container: Container, plan: Plan, grant: GpuGrant, report: Report) -> None:
+    """TensorFlow's GPU memory against the share the resources grant."""
+    if grant.share_mib is None or not grant.count:
+        return
+    used = [sum(sizes) for sizes in plan.gpu_logical_mb.values()]
+    resource = {"hami": "nvidia.com/gpumem", "gpushare": "aliyun.com/gpu-mem"}.get(
+        grant.plugin, "the MIG profile"
+    )
+    share = f"{grant.share_mib} MiB per GPU ({resource})"
+    if not used:
+        if not grant.hard:
+            report.add(
+                container.where,
+                "share-without-cap",
+                f"a gpushare share of {share} is not enforced, and TensorFlow has no cap: "
+                "it will take the whole GPU",
+                "set MEMORY_LIMIT_MB=auto (the share) or a number of MiB within it",
+            )
+        return
+    top = max(used)
+    if top > grant.share_mib:
+        report.add(
+            container.where,
+            "gpu-memory-over-share",
+            f"TensorFlow gets {top} MiB per GPU (MEMORY_LIMIT_MB/VIRTUAL_SPLIT), "
+            f"more than the share of {share}",
+            f"lower MEMORY_LIMIT_MB to at most {grant.share_mib - MIN_HEADROOM_MIB}, "
+            "or raise the share",
+        )
+    elif grant.hard and grant.share_mib - top < MIN_HEADROOM_MIB:
+        report.add(
+            container.where,
+            "gpu-memory-no-headroom",
+            f"TensorFlow gets {top} MiB per GPU under a hard share of {share}: "
+            f"{grant.share_mib - top} MiB left for the CUDA context, cuDNN and cuBLAS, "
+            "which live outside the cap",
+            f"set MEMORY_LIMIT_MB to {grant.share_mib - MIN_HEADROOM_MIB} or less "
+            "(1 GiB of headroom is safer)",
+        )
+
+
+def _check_threads(container: Container, settings: Settings, report: Report) -> None:
+    threads = settings.cpu_threads
+    cpus = quantity(container.resources("limits").get("cpu"))
+    if isinstance(threads, int) and cpus and threads > math.ceil(cpus):
+        report.add(
+            container.where,
+            "cpu-threads-over-limit",
+            f"CPU_THREADS={threads} is more than the {cpus} CPU(s) of limits.cpu: "
+            "the threads will be throttled",
+            "use CPU_THREADS=auto (limits.cpu, rounded up)",
+        )
+
+
+def check_tfboot(container: Container, report: Report) -> None:
+    """The tfboot variables against the resources the container gets."""
+    grant = gpu_grant(container.resources("limits"))
+    env = container_env(container, grant, report)
+    try:
+        if disabled(env):
+            report.add(
+                container.where,
+                "tfboot-disabled",
+                f"{DISABLE} is on: no tfboot variable of this container is applied",
+                f"unset {DISABLE}",
+            )
+            return
+    except ConfigError:
+        pass  # reported by resolve below
+    resolved = _resolve(container, env, report)
+    if resolved is None:
+        return
+    settings, env = resolved
+    _check_threads(container, settings, report)
+    plan = _plan(container, settings, grant, env, report)
+    if plan is not None:
+        _check_share(container, plan, grant, report)

@@ -1,0 +1,125 @@
+"""The workloads in the inputs: Pod templates, their containers, and the GPUs limits grant."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..deviceplugin import GPUSHARE, HAMI_PREFIX
+from .documents import quantity
+
+POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
+    "Pod": ("spec",),
+    "PodTemplate": ("template", "spec"),
+    "Job": ("spec", "template", "spec"),
+    "Deployment": ("spec", "template", "spec"),
+    "StatefulSet": ("spec", "template", "spec"),
+    "DaemonSet": ("spec", "template", "spec"),
+    "ReplicaSet": ("spec", "template", "spec"),
+    "ReplicationController": ("spec", "template", "spec"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+}
+MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-\d+g\.(\d+)gb$")
+
+
+@dataclass(frozen=True)
+class GpuGrant:
+    """The GPUs a container's limits grant, and the env their device plugin would set."""
+
+    count: int = 0
+    share_mib: int | None = None  # GPU memory granted per GPU
+    plugin: str = ""  # "hami", "gpushare", "mig", or "" for whole GPUs
+    hard: bool = False  # the share is enforced (HAMi, MIG); gpushare's is advisory
+    plugin_env: dict[str, str] = field(default_factory=dict)
+
+
+def _int_limit(limits: Mapping[str, Any], name: str) -> int:
+    amount = quantity(limits.get(name))
+    return int(amount) if amount is not None and amount == int(amount) and amount > 0 else 0
+
+
+def gpu_grant(limits: Mapping[str, Any]) -> GpuGrant:
+    """What ``limits`` grant: HAMi, gpushare, MIG slices or whole GPUs."""
+    gpus = _int_limit(limits, "nvidia.com/gpu") + _int_limit(limits, "amd.com/gpu")
+    hami = _int_limit(limits, "nvidia.com/gpumem")
+    if hami:
+        count = gpus or 1
+        env = {f"{HAMI_PREFIX}{i}": f"{hami}m" for i in range(count)}
+        return GpuGrant(count, hami, "hami", True, env)
+    gpushare = _int_limit(limits, "aliyun.com/gpu-mem")
+    if gpushare:
+        return GpuGrant(1, gpushare * 1024, "gpushare", False, {GPUSHARE: str(gpushare)})
+    mig = [(n, int(m.group(1))) for n, m in _mig_resources(limits)]
+    if mig:
+        count = sum(n for n, _ in mig)
+        return GpuGrant(count, min(gb for _, gb in mig) * 1024, "mig", True)
+    return GpuGrant(gpus)
+
+
+def _mig_resources(limits: Mapping[str, Any]) -> Iterator[tuple[int, re.Match[str]]]:
+    for name in limits:
+        match = MIG_RESOURCE.match(str(name))
+        if match and _int_limit(limits, name):
+            yield _int_limit(limits, name), match
+
+
+@dataclass
+class Container:
+    """One container with the Pod around it and where to report its findings."""
+
+    spec: dict[str, Any]
+    pod: dict[str, Any]
+    where: tuple[str, str, str]
+    configmaps: Mapping[str, Mapping[str, str]]
+
+    def resources(self, kind: str) -> dict[str, Any]:
+        value = (self.spec.get("resources") or {}).get(kind) or {}
+        return value if isinstance(value, dict) else {}
+
+    def security(self) -> dict[str, Any]:
+        return self.spec.get("securityContext") or {}
+
+    def effective(self, key: str) -> Any:
+        """A securityContext field, the container's over the Pod's."""
+        own = self.security()
+        return own[key] if key in own else (self.pod.get("securityContext") or {}).get(key)
+
+
+def _dig(doc: Mapping[str, Any], path: Sequence[str]) -> Any:
+    node: Any = doc
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
+
+
+def workloads(docs: Sequence[Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(kind/name, pod spec)`` for each document that carries a Pod template."""
+    for doc in docs:
+        if not isinstance(doc, dict):
+            continue
+        kind = str(doc.get("kind", ""))
+        pod = _dig(doc, POD_SPEC_PATHS.get(kind, ("-",)))
+        if isinstance(pod, dict):
+            yield f"{kind}/{_dig(doc, ('metadata', 'name')) or '?'}", pod
+
+
+def configmaps(docs: Sequence[Any]) -> dict[str, dict[str, str]]:
+    """ConfigMaps in the same input, by name, for ``configMapKeyRef`` and ``envFrom``."""
+    return {
+        str(_dig(doc, ("metadata", "name"))): {
+            k: str(v) for k, v in (doc.get("data") or {}).items()
+        }
+        for doc in docs
+        if isinstance(doc, dict) and doc.get("kind") == "ConfigMap"
+    }
+
+
+def containers(
+    file: str, obj: str, pod: dict[str, Any], maps: Mapping[str, Mapping[str, str]]
+) -> Iterator[Container]:
+    for key in ("initContainers", "containers"):
+        for spec in pod.get(key) or []:
+            if isinstance(spec, dict):
+                yield Container(spec, pod, (file, obj, str(spec.get("name", "?"))), maps)
