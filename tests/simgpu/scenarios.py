@@ -28,7 +28,7 @@ DEFAULT_MEMORY_MB = "4096"  # small devices keep the BFC allocator's set-up chea
 
 _PROBE = (
     "import importlib.util, sys; "
-    "assert 'tfboot._startup' in sys.modules, 'tfboot is not installed (no tfboot.pth)'; "
+    "assert 'tfboot' in sys.modules, 'tfboot is not installed (no tfboot.pth)'; "
     "assert importlib.util.find_spec('tensorflow'), 'tensorflow is not installed'"
 )
 
