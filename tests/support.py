@@ -101,3 +101,13 @@ def last_json(stdout: str) -> dict:
         if line.startswith("{"):
             return json.loads(line)
     raise AssertionError(f"no JSON object in output:\n{stdout}")
+
+
+def unavailable(reason: str) -> None:
+    """A tool or environment is missing: fail under ``CI=true``, else skip with the reason."""
+    import pytest
+
+    if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
+        pytest.fail(reason)
+    print(f"skipping: {reason}", file=sys.stderr)
+    pytest.skip(reason)

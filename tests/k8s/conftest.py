@@ -9,9 +9,7 @@ Pod-emulation tests also use the container tests' session fixtures (``docker_eng
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ from kustomize import (  # noqa: E402
     kustomize_version,
     render_text,
 )
+from support import unavailable  # noqa: E402
 
 
 def _load_docker_fixtures() -> Any:
@@ -45,22 +44,12 @@ docker_engine = _docker.docker_engine
 tfboot_image = _docker.tfboot_image
 
 
-def in_ci() -> bool:
-    """Whether this run is CI's, where a missing tool must fail rather than skip."""
-    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
-
-
 @pytest.fixture(scope="session")
 def kubectl() -> str:
     """Path of a kubectl whose built-in kustomize is v5 or later."""
     found = find_kubectl()
     if found is None:
-        reason = "kubectl not found (set KUBECTL or put kubectl 1.27+ on PATH)"
-        if in_ci():
-            pytest.fail(reason)
-        warnings.warn(reason, stacklevel=1)
-        print(f"skipping: {reason}", file=sys.stderr)
-        pytest.skip(reason)
+        unavailable("kubectl not found (set KUBECTL or put kubectl 1.27+ on PATH)")
     version = kustomize_version(found)
     if version[:2] < MIN_KUSTOMIZE:
         pytest.fail(

@@ -6,30 +6,24 @@ A venv that is missing or lacks TensorFlow or tfboot skips its tests, except und
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from support import unavailable
 
 from simgpu.build import BuildError, build_plugin
 from simgpu.scenarios import NIGHTLY_PYTHON, STABLE_PYTHON, SimGpu, venv_problem
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}:
-        pytest.fail(reason)
-    pytest.skip(reason)
 
 
 def ready_plugin(python: Path) -> Path:
     """The plugin for ``python``'s TensorFlow, once that venv is usable."""
     problem = venv_problem(python)
     if problem is not None:
-        _unavailable(problem)
+        unavailable(problem)
     try:
         return build_plugin(python)
     except BuildError as exc:
-        _unavailable(str(exc))
+        unavailable(str(exc))
         raise
 
 
