@@ -6,8 +6,9 @@ real module, and wraps its loader so ``before`` runs just before the module's co
 submodule (the package comes first), imports from threads, and spawned children (which
 run ``site`` again).
 
-This module is imported at every interpreter start, so it imports only modules ``site``
-has already loaded (``sys``, ``_thread``); annotations are strings for the same reason.
+It is loaded by the start-up trampoline (``tfboot/__init__.py``) at the first import of
+TensorFlow or Keras, or at interpreter start through ``tfboot.start`` on Python 3.15+, so
+it keeps to modules ``site`` has already loaded (``sys``, ``_thread``).
 """
 
 import _thread

@@ -6,8 +6,8 @@ the trampoline calls ``activate``, which installs the real hooks and hands the i
 them. Python 3.15+ runs ``install`` directly through ``tfboot.start``. Unless the kill
 switch is on, it registers callbacks and returns: nothing is parsed and TensorFlow is
 not imported here. It never raises (an exception that escapes ``site`` prints noise at
-every start, and a ``BaseException`` aborts the interpreter), and it imports only what
-``site`` has already loaded (annotations are strings for that reason).
+every start, and a ``BaseException`` aborts the interpreter); it imports only what
+``site`` has already loaded, as it may run there through ``tfboot.start``.
 """
 
 import os
