@@ -34,7 +34,11 @@ def validate(env: Mapping[str, str] | None = None) -> None:
     env = os.environ if env is None else env
     if _disabled(env) or control(env, ON_ERROR) != "raise":
         return
-    resolve(env)
+    settings = resolve(env)
+    if settings.distributed != "off":
+        from .cluster.plan import plan_cluster
+
+        plan_cluster(settings.distributed, env)
 
 
 def _disabled(env: Mapping[str, str]) -> bool:
@@ -78,8 +82,21 @@ def _configure(tf: ModuleType, env: Mapping[str, str]) -> Result:
     settings = resolve(env)
     gpus = tf.config.list_physical_devices("GPU")
     plan = make_plan(settings, len(gpus), cpu_budget(env), env)
+    cluster = None
+    if settings.distributed != "off":
+        from .cluster.plan import plan_cluster
+
+        cluster = plan_cluster(settings.distributed, env, plan, len(gpus))
+        plan.environ.update(cluster.environ)
     calls = _execute(tf, plan, gpus)
-    return Result(settings=settings, plan=plan, calls=calls, warnings=list(plan.warnings))
+    warnings = list(plan.warnings) + (cluster.warnings if cluster else [])
+    if cluster is not None and cluster.peers:
+        from .cluster.watcher import watch
+
+        timeout = cluster.settings.startup_timeout
+        watch(cluster.peers, timeout, quiet=control(env, LOG) == "quiet")
+        calls.append(f"peer watcher started for {len(cluster.peers)} peer(s)")
+    return Result(settings=settings, plan=plan, calls=calls, warnings=warnings, cluster=cluster)
 
 
 def _execute(tf: ModuleType, plan: Plan, gpus: list[Any]) -> list[str]:

@@ -22,6 +22,7 @@ class Result:
     calls: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
+    cluster: Any = None  # a cluster.plan.ClusterPlan when DISTRIBUTED is not off
 
     @property
     def applied(self) -> bool:
@@ -40,6 +41,7 @@ class Result:
             "decisions": list(self.plan.decisions) if self.plan else [],
             "calls": list(self.calls),
             "warnings": list(self.warnings),
+            "cluster": self.cluster.to_dict() if self.cluster is not None else None,
         }
 
 
@@ -60,3 +62,5 @@ def log_result(result: Result, level: str) -> None:
             emit("debug", call)
     if result.plan is not None and not result.plan.empty:
         emit("info", "configured TensorFlow: " + "; ".join(result.plan.decisions))
+    if result.cluster is not None:
+        emit("info", result.cluster.line())

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from .cluster import MODES, NAMES
 from .deviceplugin import read_plugin_limit
 from .errors import ConfigError, Problem
 
@@ -149,6 +150,7 @@ CONTRACT: tuple[Variable, ...] = (
     Variable("XLA_JIT", parse_bool, "bool", None),
     Variable("MIXED_PRECISION", _choice(*PRECISION_POLICIES), " | ".join(PRECISION_POLICIES), None),
     Variable("REQUIRE_GPU", parse_bool, "bool", False),
+    Variable("DISTRIBUTED", _choice(*MODES), " | ".join(MODES), "off"),
 )
 CONTROL: tuple[Variable, ...] = (
     Variable(DISABLE, parse_bool, "bool", False),
@@ -158,6 +160,8 @@ CONTROL: tuple[Variable, ...] = (
 )
 CONTRACT_NAMES = frozenset(v.name for v in CONTRACT)
 ALL_NAMES = CONTRACT_NAMES | {v.name for v in CONTROL}
+# What a TFBOOT_ENV_FILE may set: the contract and the cluster variables (DIST_*).
+FILE_NAMES = CONTRACT_NAMES | frozenset(NAMES)
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,7 @@ class Settings:
     xla_jit: bool | None = None
     mixed_precision: str | None = None
     require_gpu: bool = False
+    distributed: str = "off"
     # variable -> (raw value, source) for every variable that was given
     given: dict[str, tuple[str, str]] = field(default_factory=dict)
 
@@ -209,17 +214,19 @@ def disabled(env: Mapping[str, str] | None = None) -> bool:
     return bool(control(os.environ if env is None else env, DISABLE))
 
 
-def _layer(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
-    """Contract values from the process env over the ``TFBOOT_ENV_FILE`` file's."""
+def layer(
+    env: Mapping[str, str], names: frozenset[str] = CONTRACT_NAMES
+) -> dict[str, tuple[str, str]]:
+    """The ``names`` given in the process env over the ``TFBOOT_ENV_FILE`` file's."""
     layered: dict[str, tuple[str, str]] = {}
     path = _given(env, ENV_FILE)
     if path is not None:
         from .envfile import read_env_file
 
-        for name, value in read_env_file(path, CONTRACT_NAMES).items():
-            if value.strip():
+        for name, value in read_env_file(path, FILE_NAMES).items():
+            if value.strip() and name in names:
                 layered[name] = (value, f"file {path}")
-    for name in CONTRACT_NAMES:
+    for name in names:
         value = _given(env, name)
         if value is not None:
             layered[name] = (value, "env")
@@ -236,7 +243,7 @@ def resolve(env: Mapping[str, str] | None = None) -> Settings:
         except ConfigError as exc:
             problems += exc.problems
     try:
-        given = _layer(env)
+        given = layer(env)
     except ConfigError as exc:
         raise ConfigError(problems + exc.problems) from None
 
@@ -286,6 +293,7 @@ def resolve(env: Mapping[str, str] | None = None) -> Settings:
         xla_jit=values["XLA_JIT"],
         mixed_precision=values["MIXED_PRECISION"],
         require_gpu=values["REQUIRE_GPU"],
+        distributed=values["DISTRIBUTED"],
         given=given,
     )
 

@@ -1,0 +1,284 @@
+"""Who this task is and who its peers are, per engine: an existing ``TF_CONFIG``, Kubernetes
+(Indexed Job, JobSet) or Slurm. ``auto`` picks the engine from the environment.
+
+Kubernetes: the cluster's shape is ``DIST_TASKS``, the addresses ``DIST_HOSTS`` (port
+``DIST_PORT``, default 2222 as TFJob), the task ``DIST_TASK_TYPE`` (default ``worker``;
+under a JobSet, the Downward-API label ``jobset.sigs.k8s.io/replicatedjob-name``) and
+``DIST_TASK_INDEX`` (default ``JOB_COMPLETION_INDEX``).
+
+Slurm: the hosts are ``SLURM_STEP_NODELIST`` in Slurm's order and the ranks follow block
+distribution (``SLURM_STEP_TASKS_PER_NODE``). Ranks fill the types of ``DIST_TASKS``
+(default: every rank a worker) in the order chief, worker, ps, evaluator. A task's port is
+``DIST_PORT`` (default 8888) plus its rank on its node, so tasks sharing a node differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError, Problem
+from . import TASK_TYPES
+from .hostlist import block_layout, expand_counts, expand_hosts
+from .tfconfig import VARIABLE, TfConfig, check
+from .variables import ClusterSettings
+
+K8S_PORT = 2222
+SLURM_PORT = 8888
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The checked cluster, whether tfboot builds ``TF_CONFIG`` or found it, and why."""
+
+    engine: str  # k8s, slurm, tf_config, or single (no cluster: nothing set)
+    config: TfConfig | None = None
+    build: bool = False  # True: tfboot sets TF_CONFIG
+    # what -> where it came from: "type", "index", "tasks", "hosts", "port"
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def _given(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name)
+    return value if value is not None and value.strip() else None
+
+
+def detect(mode: str, cluster: ClusterSettings, env: Mapping[str, str]) -> str:
+    """The engine for ``DISTRIBUTED=mode``: k8s, slurm, tf_config or single."""
+    found = _given(env, VARIABLE)
+    if mode in ("k8s", "slurm"):
+        if found is not None:
+            raise ConfigError(
+                Problem(
+                    "DISTRIBUTED",
+                    mode,
+                    f"{VARIABLE} is already set, and tfboot never overrides it silently",
+                    f"unset {VARIABLE} to let tfboot build it, or use DISTRIBUTED=auto to only "
+                    "check the one given",
+                )
+            )
+        return mode
+    if found is not None:
+        return "tf_config"
+    if _given(env, "SLURM_PROCID") and _given(env, "SLURM_STEP_NODELIST"):
+        return "slurm"
+    index = _given(env, "JOB_COMPLETION_INDEX") or "DIST_TASK_INDEX" in cluster.given
+    if index and "DIST_HOSTS" in cluster.given:
+        return "k8s"
+    return "single"
+
+
+def identify(mode: str, cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
+    """The engine's view of this task; every problem in one ``ConfigError``."""
+    engine = detect(mode, cluster, env)
+    if engine == "tf_config":
+        config = check(env[VARIABLE])
+        return Identity(engine, config, sources=dict.fromkeys(("type", "index", "hosts"), VARIABLE))
+    if engine == "k8s":
+        return _k8s(cluster, env)
+    if engine == "slurm":
+        return _slurm(cluster, env)
+    return Identity(engine)
+
+
+def _require(cluster: ClusterSettings, name: str, why: str) -> Problem | None:
+    return None if name in cluster.given else Problem(name, None, f"is required {why}")
+
+
+def _k8s(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
+    why = "under DISTRIBUTED=k8s: the same value in every Pod"
+    problems = [p for p in (_require(cluster, n, why) for n in ("DIST_TASKS", "DIST_HOSTS")) if p]
+    sources = {
+        "type": cluster.source("DIST_TASK_TYPE") if cluster.task_type else "default",
+        "port": cluster.source("DIST_PORT") if cluster.port else f"default {K8S_PORT} (k8s)",
+    }
+    index = cluster.task_index
+    if index is not None:
+        sources["index"] = cluster.source("DIST_TASK_INDEX")
+    else:
+        raw = _given(env, "JOB_COMPLETION_INDEX")
+        if raw is None:
+            problems.append(
+                Problem(
+                    "DIST_TASK_INDEX",
+                    None,
+                    "is required under DISTRIBUTED=k8s when JOB_COMPLETION_INDEX is not set",
+                    "run an Indexed Job (completionMode: Indexed), or set DIST_TASK_INDEX",
+                )
+            )
+        elif not raw.strip().isascii() or not raw.strip().isdigit():
+            problems.append(Problem("JOB_COMPLETION_INDEX", raw, "expected an integer from 0"))
+        else:
+            index = int(raw)
+            sources["index"] = f"JOB_COMPLETION_INDEX={index}"
+    if problems:
+        raise ConfigError(problems)
+    assert cluster.tasks is not None and cluster.hosts is not None and index is not None
+    addresses = _k8s_addresses(cluster, cluster.port or K8S_PORT)
+    sources["tasks"] = cluster.source("DIST_TASKS")
+    sources["hosts"] = cluster.source("DIST_HOSTS")
+    kind = cluster.task_type or "worker"
+    config = _checked(addresses, kind, index)
+    if config.address and not config.address.endswith(f":{cluster.port or K8S_PORT}"):
+        sources["port"] = "explicit in DIST_HOSTS"
+    return Identity("k8s", config, build=True, sources=sources)
+
+
+def _k8s_addresses(cluster: ClusterSettings, port: int) -> dict[str, list[str]]:
+    assert cluster.tasks is not None and cluster.hosts is not None
+    tasks, hosts = dict(cluster.tasks), cluster.hosts
+    problems = []
+    for kind in TASK_TYPES:
+        if kind in tasks and kind not in hosts:
+            problems.append(f"DIST_TASKS has {kind}={tasks[kind]} but DIST_HOSTS names no {kind}")
+        elif kind in hosts and kind not in tasks:
+            problems.append(f"DIST_HOSTS names {kind} hosts but DIST_TASKS has no {kind}")
+        elif kind in hosts and hosts[kind].template is None:
+            listed = len(hosts[kind].explicit)
+            if listed != tasks[kind]:
+                problems.append(
+                    f"DIST_HOSTS lists {listed} {kind} host(s), DIST_TASKS counts {tasks[kind]}"
+                )
+    if problems:
+        raise ConfigError(
+            [Problem("DIST_HOSTS", cluster.given["DIST_HOSTS"][0], p) for p in problems]
+        )
+    return {kind: hosts[kind].addresses(tasks[kind], port) for kind in TASK_TYPES if kind in tasks}
+
+
+def _checked(addresses: dict[str, list[str]], kind: str, index: int) -> TfConfig:
+    """Check what tfboot built with the same rules as a ``TF_CONFIG`` it finds."""
+    built = TfConfig(addresses, kind, index)
+    return check(built.to_json(), "TF_CONFIG built from DIST_*")
+
+
+def _slurm_int(env: Mapping[str, str], name: str, problems: list[Problem]) -> int | None:
+    raw = _given(env, name)
+    if raw is None:
+        problems.append(Problem(name, None, "is required under DISTRIBUTED=slurm (set by srun)"))
+    elif not raw.strip().isascii() or not raw.strip().isdigit():
+        problems.append(Problem(name, raw, "expected an integer from 0"))
+    else:
+        return int(raw)
+    return None
+
+
+def _slurm_layout(env: Mapping[str, str], problems: list[Problem]) -> list[tuple[str, int]]:
+    layout: list[tuple[str, int]] = []
+    names = ("SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
+    raw = {n: _given(env, n) for n in names}
+    missing = [
+        Problem(n, None, "is required under DISTRIBUTED=slurm") for n, v in raw.items() if v is None
+    ]
+    if missing:
+        problems += missing
+        return layout
+    try:
+        hosts = expand_hosts(raw["SLURM_STEP_NODELIST"] or "")
+        counts = expand_counts(raw["SLURM_STEP_TASKS_PER_NODE"] or "")
+    except ConfigError as exc:
+        problems += exc.problems
+        return layout
+    if len(hosts) != len(counts):
+        problems.append(
+            Problem(
+                "SLURM_STEP_TASKS_PER_NODE",
+                raw["SLURM_STEP_TASKS_PER_NODE"],
+                f"it counts {len(counts)} node(s), SLURM_STEP_NODELIST names {len(hosts)}",
+            )
+        )
+        return layout
+    return block_layout(hosts, counts)
+
+
+def _slurm(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
+    problems: list[Problem] = []
+    if "DIST_HOSTS" in cluster.given:
+        problems.append(
+            Problem(
+                "DIST_HOSTS",
+                cluster.given["DIST_HOSTS"][0],
+                "is not used under DISTRIBUTED=slurm: the hosts come from SLURM_STEP_NODELIST",
+                "unset DIST_HOSTS",
+            )
+        )
+    rank = _slurm_int(env, "SLURM_PROCID", problems)
+    layout = _slurm_layout(env, problems)
+    if problems or rank is None:
+        raise ConfigError(problems)
+    total = len(layout)
+    tasks = cluster.tasks or (("worker", total),)
+    counted = sum(c for _, c in tasks)
+    if counted != total:
+        raise ConfigError(
+            Problem(
+                "DIST_TASKS",
+                cluster.given["DIST_TASKS"][0],
+                f"it counts {counted} task(s), but the Slurm step has {total} "
+                f"(SLURM_STEP_TASKS_PER_NODE={env['SLURM_STEP_TASKS_PER_NODE']})",
+            )
+        )
+    if rank >= total:
+        raise ConfigError(
+            Problem(
+                "SLURM_PROCID", str(rank), f"the step has {total} task(s), ranks 0 to {total - 1}"
+            )
+        )
+    _check_node(env, layout, rank)
+    base = cluster.port or SLURM_PORT
+    counts = dict(tasks)
+    order = [kind for kind in TASK_TYPES if kind in counts]
+    roles = [(kind, i) for kind in order for i in range(counts[kind])]
+    addresses: dict[str, list[str]] = {kind: [] for kind in order}
+    for (kind, _), (host, local) in zip(roles, layout):
+        addresses[kind].append(f"{host}:{base + local}")
+    kind, index = roles[rank]
+    _check_given(cluster, kind, index)
+    port_source = cluster.source("DIST_PORT") if cluster.port else f"default {SLURM_PORT}"
+    sources = {
+        "type": f"SLURM_PROCID={rank}",
+        "index": f"SLURM_PROCID={rank}",
+        "tasks": cluster.source("DIST_TASKS") if cluster.tasks else "SLURM_STEP_TASKS_PER_NODE",
+        "hosts": "SLURM_STEP_NODELIST",
+        "port": f"{port_source} + rank on node {layout[rank][1]}",
+    }
+    return Identity("slurm", _checked(addresses, kind, index), build=True, sources=sources)
+
+
+def _check_node(env: Mapping[str, str], layout: list[tuple[str, int]], rank: int) -> None:
+    host, local = layout[rank]
+    node = _given(env, "SLURMD_NODENAME")
+    if node is not None and node.strip() != host:
+        raise ConfigError(
+            Problem(
+                "SLURMD_NODENAME",
+                node,
+                f"rank {rank} runs here, but block distribution over SLURM_STEP_NODELIST "
+                f"puts it on {host}",
+                "run srun with --distribution=block (the default)",
+            )
+        )
+    local_id = _given(env, "SLURM_LOCALID")
+    if local_id is not None and local_id.strip() != str(local):
+        raise ConfigError(
+            Problem(
+                "SLURM_LOCALID",
+                local_id,
+                f"block distribution gives rank {rank} local rank {local} on {host}",
+                "run srun with --distribution=block (the default)",
+            )
+        )
+
+
+def _check_given(cluster: ClusterSettings, kind: str, index: int) -> None:
+    """DIST_TASK_TYPE/DIST_TASK_INDEX, if given under Slurm, must match the rank's."""
+    problems = [
+        Problem(name, cluster.given[name][0], f"the Slurm rank makes this task {kind}:{index}")
+        for name, value, derived in (
+            ("DIST_TASK_TYPE", cluster.task_type, kind),
+            ("DIST_TASK_INDEX", cluster.task_index, index),
+        )
+        if value is not None and value != derived
+    ]
+    if problems:
+        raise ConfigError(problems)

@@ -1,0 +1,85 @@
+"""Slurm's compressed host and task lists, expanded in Slurm's own order (never sorted).
+
+``node[9-10]`` -> node9, node10; ``gpu[01-03,07]`` keeps the zero padding; ``a1,b[1-2]``;
+``2(x3),1`` -> 2, 2, 2, 1 tasks per node.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import ConfigError, Problem
+
+HOSTS_ACCEPTED = "expected a Slurm hostlist such as node[1-4], gpu[01-03,07] or a1,b[1-2]"
+TASKS_ACCEPTED = "expected Slurm's tasks per node such as 2(x3),1"
+MAX_HOSTS = 100_000  # a bound, so a typo like n[0-999999999] cannot exhaust memory
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on the commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _expand_one(entry: str, variable: str, text: str) -> list[str]:
+    if "[" not in entry:
+        if not entry or "]" in entry:
+            raise ConfigError(Problem(variable, text, HOSTS_ACCEPTED))
+        return [entry]
+    prefix, _, rest = entry.partition("[")
+    body, close, suffix = rest.partition("]")
+    if not close or not prefix or "[" in body or "[" in suffix or "]" in suffix:
+        raise ConfigError(Problem(variable, text, HOSTS_ACCEPTED))
+    names: list[str] = []
+    for part in body.split(","):
+        match = _RANGE.match(part)
+        if match is None:
+            raise ConfigError(Problem(variable, text, HOSTS_ACCEPTED, f"bad range {part!r}"))
+        low, high = match.group(1), match.group(2) or match.group(1)
+        if int(high) < int(low) or int(high) - int(low) >= MAX_HOSTS:
+            raise ConfigError(Problem(variable, text, HOSTS_ACCEPTED, f"bad range {part!r}"))
+        width = len(low) if low.startswith("0") else 0
+        names += [f"{prefix}{n:0{width}d}{suffix}" for n in range(int(low), int(high) + 1)]
+    return names
+
+
+def expand_hosts(text: str, variable: str = "SLURM_STEP_NODELIST") -> list[str]:
+    """The host names of a Slurm hostlist, in order; ``ConfigError`` when malformed."""
+    if not text.strip() or text.count("[") != text.count("]"):
+        raise ConfigError(Problem(variable, text, HOSTS_ACCEPTED))
+    hosts: list[str] = []
+    for entry in _split_top(text.strip()):
+        hosts += _expand_one(entry.strip(), variable, text)
+        if len(hosts) > MAX_HOSTS:
+            raise ConfigError(Problem(variable, text, f"more than {MAX_HOSTS} hosts"))
+    return hosts
+
+
+def expand_counts(text: str, variable: str = "SLURM_STEP_TASKS_PER_NODE") -> list[int]:
+    """Tasks per node, one entry per node: ``2(x3),1`` -> [2, 2, 2, 1]."""
+    counts: list[int] = []
+    for part in text.strip().split(","):
+        match = _COUNT.match(part.strip())
+        if match is None or int(match.group(1)) == 0:
+            raise ConfigError(Problem(variable, text, TASKS_ACCEPTED))
+        repeat = int(match.group(2) or 1)
+        if repeat == 0 or len(counts) + repeat > MAX_HOSTS:
+            raise ConfigError(Problem(variable, text, TASKS_ACCEPTED))
+        counts += [int(match.group(1))] * repeat
+    return counts
+
+
+def block_layout(hosts: list[str], counts: list[int]) -> list[tuple[str, int]]:
+    """(host, local rank) for each global rank under block distribution."""
+    return [(host, local) for host, count in zip(hosts, counts) for local in range(count)]

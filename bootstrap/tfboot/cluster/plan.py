@@ -1,0 +1,203 @@
+"""The cluster plan: the ``TF_CONFIG`` to set, the local-replica check, warnings, the log line.
+
+Pure apart from reading package metadata (to find Keras 3 without importing it).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError, Problem
+from ..plan import Plan
+from .engines import Identity, identify
+from .variables import ClusterSettings, read
+
+REPLICA_TYPES = ("chief", "worker")  # the tasks that hold MultiWorkerMirroredStrategy replicas
+PROXIES = ("grpc_proxy", "https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY")
+NO_PROXIES = ("no_grpc_proxy", "no_proxy", "NO_PROXY")
+
+
+@dataclass
+class ClusterPlan:
+    """What tfboot does for the cluster, and why."""
+
+    identity: Identity
+    settings: ClusterSettings
+    replicas: int | None = None  # local replicas; None before TensorFlow lists devices
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def tf_config(self) -> str | None:
+        """The ``TF_CONFIG`` tfboot sets, or None when it sets none."""
+        config = self.identity.config
+        return config.to_json() if config is not None and self.identity.build else None
+
+    @property
+    def peers(self) -> list[str]:
+        return self.identity.config.peers if self.identity.config is not None else []
+
+    @property
+    def environ(self) -> dict[str, str]:
+        tf_config = self.tf_config
+        return {} if tf_config is None else {"TF_CONFIG": tf_config}
+
+    def line(self) -> str:
+        """The one log line: task of N, peers, port, replicas per worker, with sources."""
+        identity, config = self.identity, self.identity.config
+        if config is None:
+            return "cluster: single node (DISTRIBUTED=auto found no engine); TF_CONFIG not set"
+        src = identity.sources
+        action = "TF_CONFIG set" if identity.build else "TF_CONFIG found, checked"
+        own = config.address
+        port = own.rpartition(":")[2] if own else "none (evaluator outside the cluster)"
+        parts = [
+            f"cluster: {config.task_type} {config.task_index} of {config.size} "
+            f"({identity.engine}; {action}; type from {src['type']}, index from {src['index']})",
+            f"peers {', '.join(config.peers) or 'none'} (from {src['hosts']})",
+            f"port {port}" + (f" ({src['port']})" if "port" in src else ""),
+        ]
+        if "tasks" in src:
+            parts.append(f"tasks from {src['tasks']}")
+        parts.append(self._replicas_text())
+        if self.settings.startup_timeout is not None:
+            parts.append(f"startup timeout {self.settings.startup_timeout:g} s")
+        return "; ".join(parts)
+
+    def _replicas_text(self) -> str:
+        expected = self.settings.replicas_per_worker
+        local = "checked at import" if self.replicas is None else str(self.replicas)
+        if expected is None:
+            return f"replicas per worker {local} (DIST_REPLICAS_PER_WORKER not set)"
+        return f"replicas per worker {local} ({self.settings.source('DIST_REPLICAS_PER_WORKER')})"
+
+    def to_dict(self) -> dict[str, Any]:
+        config = self.identity.config
+        return {
+            "engine": self.identity.engine,
+            "tf_config": self.tf_config,
+            "tf_config_found": config is not None and not self.identity.build,
+            "task": None
+            if config is None
+            else {"type": config.task_type, "index": config.task_index},
+            "size": 0 if config is None else config.size,
+            "address": None if config is None else config.address,
+            "peers": self.peers,
+            "replicas_per_worker": self.replicas,
+            "expected_replicas_per_worker": self.settings.replicas_per_worker,
+            "startup_timeout": self.settings.startup_timeout,
+            "sources": dict(self.identity.sources),
+            "given": {k: {"value": v, "source": s} for k, (v, s) in self.settings.given.items()},
+            "line": self.line(),
+        }
+
+
+def local_replicas(plan: Plan, gpu_count: int) -> int:
+    """Visible logical GPUs after tfboot's plan (visible GPUs x split), else 1 (CPU:0)."""
+    visible = range(gpu_count) if plan.visible_gpus is None else plan.visible_gpus
+    return sum(len(plan.gpu_logical_mb.get(i, ())) or 1 for i in visible) or 1
+
+
+def plan_cluster(
+    mode: str, env: Mapping[str, str], plan: Plan | None = None, gpu_count: int = 0
+) -> ClusterPlan:
+    """The cluster plan for ``DISTRIBUTED=mode`` (not off); without ``plan``, no device check."""
+    settings = read(env)
+    cluster = ClusterPlan(identify(mode, settings, env), settings)
+    config = cluster.identity.config
+    if config is None:
+        return cluster
+    if plan is not None:
+        cluster.replicas = local_replicas(plan, gpu_count)
+        _check_replicas(cluster, config.task_type)
+        if plan.cpu_logical and plan.cpu_logical > 1:
+            cluster.warnings.append(
+                f"VIRTUAL_SPLIT splits CPU:0 into {plan.cpu_logical}, but "
+                "MultiWorkerMirroredStrategy uses one CPU replica per worker: the split adds "
+                "nothing here"
+            )
+    cluster.warnings += [w for w in (_keras_warning(env), _proxy_warning(env, config.peers)) if w]
+    return cluster
+
+
+def _check_replicas(cluster: ClusterPlan, task_type: str | None) -> None:
+    expected = cluster.settings.replicas_per_worker
+    if expected is None or task_type not in REPLICA_TYPES or cluster.replicas == expected:
+        return
+    raise ConfigError(
+        Problem(
+            "DIST_REPLICAS_PER_WORKER",
+            str(expected),
+            f"this {task_type} has {cluster.replicas} local replica(s) (visible logical GPUs, "
+            f"else 1 for the CPU), but every worker must have {expected}",
+            "give every worker the same GPUs and VIRTUAL_SPLIT, or fix DIST_REPLICAS_PER_WORKER",
+            verdict="cannot be met on this host",
+        )
+    )
+
+
+def _installed(distribution: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _keras_warning(env: Mapping[str, str]) -> str | None:
+    """Keras 3's model.fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585)."""
+    version = _installed("keras")
+    if version is None or not version.startswith("3"):
+        return None
+    legacy = env.get("TF_USE_LEGACY_KERAS") in ("true", "True", "1")  # TensorFlow's own test
+    has_tf_keras = _installed("tf_keras") is not None
+    if legacy and has_tf_keras:
+        return None
+    why = (
+        "TF_USE_LEGACY_KERAS=1 is set but tf_keras is not installed"
+        if legacy
+        else f"Keras {version} is installed"
+    )
+    return (
+        f"{why}: Keras 3 model.fit fails under MultiWorkerMirroredStrategy "
+        "(keras-team/keras#20585); a custom training loop with strategy.run works, and so does "
+        "tf_keras with TF_USE_LEGACY_KERAS=1"
+    )
+
+
+def _host(address: str) -> str:
+    return address.rpartition(":")[0].strip("[]")
+
+
+def _bypassed(host: str, entries: list[str]) -> bool:
+    for entry in entries:
+        if entry == "*" or host == entry or host.endswith("." + entry.lstrip(".")):
+            return True
+        if "/" in entry:
+            try:
+                if ipaddress.ip_address(host) in ipaddress.ip_network(entry, strict=False):
+                    return True
+            except ValueError:
+                continue
+    return False
+
+
+def _proxy_warning(env: Mapping[str, str], peers: list[str]) -> str | None:
+    """A proxy variable gRPC obeys, not bypassed for every peer by no_proxy."""
+    proxy = next((name for name in PROXIES if env.get(name, "").strip()), None)
+    if proxy is None:
+        return None
+    entries = [
+        e.strip().lower() for n in NO_PROXIES for e in env.get(n, "").split(",") if e.strip()
+    ]
+    through = [p for p in peers if not _bypassed(_host(p).lower(), entries)]
+    if not through:
+        return None
+    return (
+        f"{proxy} is set and gRPC would send the traffic to peers {', '.join(through[:4])}"
+        f"{' ...' if len(through) > 4 else ''} through it; add their hosts or domain to no_proxy, "
+        f"or unset {proxy}"
+    )

@@ -1,0 +1,190 @@
+"""``TF_CONFIG``: build it, and check one tfboot built or found with TensorFlow's own rules.
+
+The rules are those of ``multi_worker_util._validate_cluster_spec`` plus what makes a
+cluster hang or fail later: types ``chief``, ``worker``, ``ps``, ``evaluator``; at most one
+chief and one evaluator (an evaluator may be absent from ``cluster``); the index in range;
+``host:port`` addresses with an integer port, IPv6 in brackets; no address twice.
+Keys TensorFlow ignores (TFJob's ``"environment": "cloud"``) are accepted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError, Problem
+from . import TASK_TYPES
+
+VARIABLE = "TF_CONFIG"
+SHAPE = 'expected JSON such as {"cluster": {"worker": ["w0:2222", "w1:2222"]}, ' + (
+    '"task": {"type": "worker", "index": 0}}'
+)
+MAX_SHOWN = 80  # characters of a value quoted in a message
+
+
+@dataclass(frozen=True)
+class TfConfig:
+    """A checked cluster: type -> addresses, and this task's type and index."""
+
+    cluster: dict[str, list[str]]
+    task_type: str | None
+    task_index: int
+
+    @property
+    def address(self) -> str | None:
+        """This task's own address (None for an evaluator outside the cluster)."""
+        addresses = self.cluster.get(self.task_type or "", [])
+        return addresses[self.task_index] if self.task_index < len(addresses) else None
+
+    @property
+    def peers(self) -> list[str]:
+        """Every address of the cluster except this task's own."""
+        own = self.address
+        return [a for addresses in self.cluster.values() for a in addresses if a != own]
+
+    @property
+    def size(self) -> int:
+        return sum(len(a) for a in self.cluster.values())
+
+    def to_json(self) -> str:
+        task: dict[str, Any] = {"type": self.task_type, "index": self.task_index}
+        return json.dumps({"cluster": self.cluster, "task": task}, separators=(",", ":"))
+
+
+def shown(value: str) -> str:
+    """A value short enough to quote in a message."""
+    return value if len(value) <= MAX_SHOWN else value[: MAX_SHOWN - 3] + "..."
+
+
+def check_address(address: Any) -> str | None:
+    """Why ``address`` is not ``host:port`` (IPv6 as ``[addr]:port``), or None."""
+    if not isinstance(address, str):
+        return f"address {shown(repr(address))} is not a string"
+    host, colon, port = address.rpartition(":")
+    if not colon:
+        return f"address {shown(address)!r} has no :port"
+    if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        return f"address {shown(address)!r} needs an integer port from 1 to 65535"
+    if host.startswith("["):
+        if not host.endswith("]") or len(host) < 3 or ":" not in host:
+            return f"address {shown(address)!r}: an IPv6 host is written [addr]:port"
+    elif ":" in host:
+        return f"address {shown(address)!r}: write an IPv6 host in brackets, [addr]:port"
+    if not host or any(c.isspace() or c in "/@" for c in host):
+        return f"address {shown(address)!r} is not host:port"
+    return None
+
+
+def _addresses(kind: str, value: Any) -> list[Any]:
+    if isinstance(value, list):
+        return value
+    if isinstance(value, Mapping):  # ClusterSpec's sparse form, index -> address
+        try:
+            keys = sorted(int(k) for k in value)
+        except (TypeError, ValueError):
+            raise ValueError(f"cluster.{kind} has a non-integer index") from None
+        if keys != list(range(len(keys))):
+            raise ValueError(f"cluster.{kind} has gaps in its indexes {keys[:8]}")
+        return [value[k] if k in value else value[str(k)] for k in keys]
+    raise ValueError(f"cluster.{kind} is not a list of addresses")
+
+
+def _type_problem(kind: str) -> str | None:
+    if kind == "master":
+        return (
+            "task type 'master' is not accepted by TensorFlow 2 strategies; rename the TFJob "
+            "replica Master to Chief"
+        )
+    if kind not in TASK_TYPES:
+        return f"task type {shown(kind)!r} is not one of {', '.join(TASK_TYPES)}"
+    return None
+
+
+def _index(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError("task.index is not an integer")
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise ValueError("task.index is not an integer")
+    index = int(value)
+    if index < 0:
+        raise ValueError("task.index is negative")
+    return index
+
+
+def _parse(data: Any) -> tuple[dict[str, list[Any]], str | None, int, list[str]]:
+    if not isinstance(data, Mapping):
+        raise ValueError("it is not a JSON object")
+    raw_cluster = data.get("cluster", {})
+    if not isinstance(raw_cluster, Mapping):
+        raise ValueError("cluster is not an object")
+    task = data.get("task", {})
+    if not isinstance(task, Mapping):
+        raise ValueError("task is not an object")
+    cluster = {str(k): _addresses(str(k), v) for k, v in raw_cluster.items()}
+    kind = task.get("type")
+    if kind is not None and not isinstance(kind, str):
+        raise ValueError("task.type is not a string")
+    index = _index(task.get("index", 0))
+    problems = [p for p in (_type_problem(k) for k in cluster) if p]
+    if kind is not None and kind not in cluster and (p := _type_problem(kind)):
+        problems.append(p)
+    return cluster, kind, index, problems
+
+
+def _rules(cluster: dict[str, list[Any]], kind: str | None, index: int) -> list[str]:
+    problems = [
+        f"at most one {single} is allowed, found {len(cluster[single])}"
+        for single in ("chief", "evaluator")
+        if len(cluster.get(single, [])) > 1
+    ]
+    if cluster and kind is None:
+        problems.append("task.type is missing")
+    elif kind is not None and kind in cluster and index >= len(cluster[kind]):
+        problems.append(
+            f"task {kind}:{index} is out of range: the cluster has {len(cluster[kind])} {kind} "
+            f"task(s), indexes 0 to {len(cluster[kind]) - 1}"
+        )
+    elif kind is not None and kind not in cluster and kind != "evaluator" and cluster:
+        problems.append(f"task type {kind!r} is not in the cluster ({', '.join(cluster)})")
+    seen: dict[str, str] = {}
+    for job, addresses in cluster.items():
+        for i, address in enumerate(addresses):
+            bad = check_address(address)
+            if bad:
+                problems.append(f"{job}:{i}: {bad}")
+            elif address in seen:
+                problems.append(
+                    f"address {address!r} is used by both {seen[address]} and {job}:{i}"
+                )
+            else:
+                seen[address] = f"{job}:{i}"
+    return problems
+
+
+def check(text: str, variable: str = VARIABLE) -> TfConfig:
+    """Parse and check a ``TF_CONFIG`` value; every problem in one ``ConfigError``."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            Problem(
+                variable,
+                shown(text),
+                f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
+                f"(character {exc.pos}); {SHAPE}",
+            )
+        ) from None
+    except RecursionError:
+        raise ConfigError(
+            Problem(variable, shown(text), "is nested too deeply; " + SHAPE)
+        ) from None
+    try:
+        cluster, kind, index, problems = _parse(data)
+    except ValueError as exc:
+        raise ConfigError(Problem(variable, shown(text), f"{exc}; {SHAPE}")) from None
+    problems += _rules(cluster, kind, index)
+    if problems:
+        raise ConfigError([Problem(variable, shown(text), p) for p in problems])
+    return TfConfig({k: [str(a) for a in v] for k, v in cluster.items()}, kind, index)
