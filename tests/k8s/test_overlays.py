@@ -29,8 +29,10 @@ from tfboot.settings import resolve
 
 pytestmark = pytest.mark.k8s
 
-EXPECTED_OVERLAYS = {"cpu-only", "shared-gpu-gpushare", "shared-gpu-hami", "virtual-split",
-                     "whole-gpu"}  # fmt: skip
+EXPECTED_OVERLAYS = {"cpu-only", "multi-worker", "shared-gpu-gpushare", "shared-gpu-hami",
+                     "virtual-split", "whole-gpu"}  # fmt: skip
+# What each overlay renders besides its Job: multi-worker's headless Service.
+EXTRA_KINDS = {"multi-worker": ["Service"]}
 
 
 def check(text: str) -> Report:
@@ -58,7 +60,8 @@ def test_overlay_renders_one_hardened_job(
     rendered_docs: dict[str, list[dict[str, Any]]], overlay: str
 ) -> None:
     docs = rendered_docs[overlay]
-    assert [doc["kind"] for doc in docs] == ["Job"], "the replacement sources must not render"
+    kinds = [doc["kind"] for doc in docs]
+    assert kinds == [*EXTRA_KINDS.get(overlay, []), "Job"], "replacement sources must not render"
     container = only_container(docs)
     image = container["image"]
     assert image.rpartition(":")[2] not in ("", "latest") and "/" not in image.rpartition(":")[2]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from .cluster import check_cluster
 from .documents import DocumentError, parse_documents, read_source
 from .hardening import check_image, check_resources, check_security
 from .report import Report
@@ -21,12 +22,15 @@ def check_text(file: str, text: str, report: Report) -> None:
         report.add((file, "-", "-"), "unreadable", str(exc))
         return
     maps = configmaps(docs)
-    for obj, pod in workloads(docs):
-        report.objects += 1
-        for container in containers(file, obj, pod, maps):
+    objects = set()
+    for obj, group, pod in workloads(docs):
+        objects.add(obj)
+        for container in containers(file, obj, pod, maps, group):
             report.containers += 1
             for check in CONTAINER_CHECKS:
                 _run_check(check, container, report)
+    report.objects += len(objects)
+    check_cluster(file, docs, maps, report)
 
 
 def _run_check(

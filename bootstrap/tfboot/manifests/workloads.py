@@ -1,4 +1,8 @@
-"""The workloads in the inputs: Pod templates, their containers, and the GPUs limits grant."""
+"""The workloads in the inputs: Pod templates, their containers, and the GPUs limits grant.
+
+Built-in kinds carry one Pod template; a JobSet carries one per replicatedJob and a Kubeflow
+TFJob one per replica type, each named by that group (``worker/train``).
+"""
 
 from __future__ import annotations
 
@@ -87,39 +91,63 @@ class Container:
         return own[key] if key in own else (self.pod.get("securityContext") or {}).get(key)
 
 
-def _dig(doc: Mapping[str, Any], path: Sequence[str]) -> Any:
+def dig(doc: Any, path: Sequence[str]) -> Any:
+    """The value at ``path`` in nested mappings, or None."""
     node: Any = doc
     for key in path:
         node = node.get(key) if isinstance(node, Mapping) else None
     return node
 
 
-def workloads(docs: Sequence[Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(kind/name, pod spec)`` for each document that carries a Pod template."""
-    for doc in docs:
-        if not isinstance(doc, dict):
-            continue
-        kind = str(doc.get("kind", ""))
-        pod = _dig(doc, POD_SPEC_PATHS.get(kind, ("-",)))
+def pod_templates(doc: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(group, pod spec)`` for each Pod template of one object; group "" for built-ins."""
+    kind = str(doc.get("kind", ""))
+    if kind == "JobSet":
+        rjobs = dig(doc, ("spec", "replicatedJobs"))
+        for rjob in rjobs if isinstance(rjobs, list) else []:
+            pod = dig(rjob, ("template", "spec", "template", "spec"))
+            if isinstance(pod, dict):
+                yield str(rjob.get("name", "?")), pod
+    elif kind == "TFJob":
+        replicas = dig(doc, ("spec", "tfReplicaSpecs"))
+        for rtype, spec in (replicas if isinstance(replicas, Mapping) else {}).items():
+            pod = dig(spec, ("template", "spec"))
+            if isinstance(pod, dict):
+                yield str(rtype), pod
+    else:
+        pod = dig(doc, POD_SPEC_PATHS.get(kind, ("-",)))
         if isinstance(pod, dict):
-            yield f"{kind}/{_dig(doc, ('metadata', 'name')) or '?'}", pod
+            yield "", pod
+
+
+def workloads(docs: Sequence[Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """``(kind/name, group, pod spec)`` for each Pod template in the documents."""
+    for doc in docs:
+        if isinstance(doc, dict):
+            for group, pod in pod_templates(doc):
+                yield f"{doc.get('kind')}/{dig(doc, ('metadata', 'name')) or '?'}", group, pod
 
 
 def configmaps(docs: Sequence[Any]) -> dict[str, dict[str, str]]:
     """ConfigMaps in the same input, by name, for ``configMapKeyRef`` and ``envFrom``."""
     return {
-        str(_dig(doc, ("metadata", "name"))): {
-            k: str(v) for k, v in (doc.get("data") or {}).items()
-        }
+        str(dig(doc, ("metadata", "name"))): {k: str(v) for k, v in (doc.get("data") or {}).items()}
         for doc in docs
         if isinstance(doc, dict) and doc.get("kind") == "ConfigMap"
     }
 
 
 def containers(
-    file: str, obj: str, pod: dict[str, Any], maps: Mapping[str, Mapping[str, str]]
+    file: str,
+    obj: str,
+    pod: dict[str, Any],
+    maps: Mapping[str, Mapping[str, str]],
+    group: str = "",
 ) -> Iterator[Container]:
+    """The Pod's containers, init containers first; named ``group/name`` within a group."""
     for key in ("initContainers", "containers"):
         for spec in pod.get(key) or []:
             if isinstance(spec, dict):
-                yield Container(spec, pod, (file, obj, str(spec.get("name", "?"))), maps)
+                name = str(spec.get("name", "?"))
+                where = (file, obj, f"{group}/{name}" if group else name)
+                yield Container(spec, pod, where, maps)
