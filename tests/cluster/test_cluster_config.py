@@ -1,0 +1,312 @@
+"""The TF_CONFIG builder and validator for each engine's environment (no TensorFlow)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tfboot.cluster import NAMES
+from tfboot.cluster.hostlist import expand_counts, expand_hosts
+from tfboot.cluster.plan import local_replicas, plan_cluster
+from tfboot.cluster.variables import PARSERS
+from tfboot.errors import ConfigError
+from tfboot.plan import Plan
+from tfboot.settings import resolve
+
+K8S = {"DIST_TASKS": "2", "DIST_HOSTS": "worker=train-{i}.train", "JOB_COMPLETION_INDEX": "1"}
+SLURM = {
+    "SLURM_PROCID": "3",
+    "SLURM_STEP_NODELIST": "node[9-10]",
+    "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+    "SLURMD_NODENAME": "node10",
+    "SLURM_LOCALID": "1",
+}
+
+
+def built(mode: str, env: dict[str, str]) -> dict:
+    config = plan_cluster(mode, env).tf_config
+    assert config is not None
+    return json.loads(config)
+
+
+def error(mode: str, env: dict[str, str]) -> str:
+    with pytest.raises(ConfigError) as info:
+        plan_cluster(mode, env)
+    return str(info.value)
+
+
+def test_every_dist_variable_has_a_parser() -> None:
+    assert tuple(PARSERS) == NAMES
+
+
+@pytest.mark.parametrize(
+    ("text", "hosts"),
+    [
+        ("node[9-10]", ["node9", "node10"]),
+        ("gpu[01-03,07]", ["gpu01", "gpu02", "gpu03", "gpu07"]),
+        ("a1,b[1-2]", ["a1", "b1", "b2"]),
+        ("n[10-11]-ib", ["n10-ib", "n11-ib"]),
+        ("zeta,alpha", ["zeta", "alpha"]),  # Slurm's order, never sorted
+    ],
+)
+def test_hostlists_expand_in_slurm_order(text: str, hosts: list[str]) -> None:
+    assert expand_hosts(text) == hosts
+
+
+@pytest.mark.parametrize(
+    "text", ["", "n[1-", "n[3-1]", "n[a-b]", "[1-2]", "n[1-2]x[1]", "n[0-9999999]"]
+)
+def test_bad_hostlists_are_config_errors(text: str) -> None:
+    with pytest.raises(ConfigError, match="SLURM_STEP_NODELIST"):
+        expand_hosts(text)
+
+
+def test_tasks_per_node() -> None:
+    assert expand_counts("2(x3),1") == [2, 2, 2, 1]
+    for bad in ("", "0", "2(x0)", "x", "2(3)"):
+        with pytest.raises(ConfigError, match="SLURM_STEP_TASKS_PER_NODE"):
+            expand_counts(bad)
+
+
+class TestK8s:
+    def test_indexed_job(self) -> None:
+        assert built("k8s", K8S) == {
+            "cluster": {"worker": ["train-0.train:2222", "train-1.train:2222"]},
+            "task": {"type": "worker", "index": 1},
+        }
+
+    def test_jobset_with_chief_and_explicit_ports(self) -> None:
+        env = {
+            "DIST_TASKS": "chief=1,worker=2",
+            "DIST_HOSTS": "chief=js-chief-0-0.js;worker=js-worker-0-{i}.js:3000",
+            "DIST_TASK_TYPE": "worker",  # from the replicatedjob-name label
+            "JOB_COMPLETION_INDEX": "0",
+            "DIST_PORT": "4000",
+        }
+        assert built("k8s", env) == {
+            "cluster": {
+                "chief": ["js-chief-0-0.js:4000"],
+                "worker": ["js-worker-0-0.js:3000", "js-worker-0-1.js:3000"],
+            },
+            "task": {"type": "worker", "index": 0},
+        }
+
+    def test_explicit_list_and_ipv6(self) -> None:
+        env = {
+            "DIST_TASKS": "worker=2",
+            "DIST_HOSTS": "10.0.0.5:2222,[fd00::6]",
+            "DIST_TASK_INDEX": "0",
+        }
+        assert built("k8s", env)["cluster"] == {"worker": ["10.0.0.5:2222", "[fd00::6]:2222"]}
+
+    def test_index_out_of_range(self) -> None:
+        assert "task worker:2 is out of range" in error("k8s", {**K8S, "JOB_COMPLETION_INDEX": "2"})
+
+    def test_required_variables_are_all_named(self) -> None:
+        message = error("k8s", {})
+        for name in ("DIST_TASKS", "DIST_HOSTS", "DIST_TASK_INDEX"):
+            assert name in message
+
+    def test_hosts_must_match_tasks(self) -> None:
+        message = error("k8s", {**K8S, "DIST_HOSTS": "worker=a,b,c;ps=p-{i}"})
+        assert "lists 3 worker host(s), DIST_TASKS counts 2" in message
+        assert "DIST_TASKS has no ps" in message
+
+    def test_same_address_twice(self) -> None:
+        env = {**K8S, "DIST_HOSTS": "worker=a:1,a:1"}
+        assert "'a:1' is used by both worker:0 and worker:1" in error("k8s", env)
+
+    @pytest.mark.parametrize(
+        ("name", "value", "accepted"),
+        [
+            ("DIST_TASKS", "master=1,worker=2", "rename the TFJob replica Master to Chief"),
+            ("DIST_TASKS", "chief=2", "at most one chief"),
+            ("DIST_TASKS", "worker=0", "type=count pairs"),
+            ("DIST_HOSTS", "gpu=x-{i}", "types are chief"),
+            ("DIST_HOSTS", "worker=::1", "IPv6 host in brackets"),
+            ("DIST_HOSTS", "worker=a:99999", "port from 1 to 65535"),
+            ("DIST_TASK_TYPE", "master", "rename the TFJob replica Master to Chief"),
+            ("DIST_TASK_INDEX", "-1", "integer from 0"),
+            ("DIST_PORT", "0", "port from 1 to 65535"),
+            ("DIST_REPLICAS_PER_WORKER", "two", "positive integer"),
+            ("DIST_STARTUP_TIMEOUT", "nan", "positive number of seconds"),
+        ],
+    )
+    def test_bad_values_name_variable_and_accepted(
+        self, name: str, value: str, accepted: str
+    ) -> None:
+        message = error("k8s", {**K8S, name: value})
+        assert f"{name}={value!r}" in message and accepted in message
+
+    def test_existing_tf_config_is_never_overridden(self) -> None:
+        message = error("k8s", {**K8S, "TF_CONFIG": '{"cluster": {}}'})
+        assert "TF_CONFIG is already set" in message and "DISTRIBUTED=auto" in message
+
+
+class TestSlurm:
+    def test_block_distribution_node9_node10(self) -> None:
+        assert built("slurm", SLURM) == {
+            "cluster": {"worker": ["node9:8888", "node9:8889", "node10:8888", "node10:8889"]},
+            "task": {"type": "worker", "index": 3},
+        }
+
+    def test_ranks_fill_chief_then_workers_then_ps(self) -> None:
+        env = {
+            "SLURM_PROCID": "5",
+            "SLURM_STEP_NODELIST": "gpu[01-03,07]",
+            "SLURM_STEP_TASKS_PER_NODE": "2(x3),1",
+            "DIST_TASKS": "ps=1,chief=1,worker=5",
+            "DIST_PORT": "7000",
+        }
+        assert built("slurm", env) == {
+            "cluster": {
+                "chief": ["gpu01:7000"],
+                "worker": ["gpu01:7001", "gpu02:7000", "gpu02:7001", "gpu03:7000", "gpu03:7001"],
+                "ps": ["gpu07:7000"],
+            },
+            "task": {"type": "worker", "index": 4},
+        }
+
+    def test_wrong_node_is_an_error(self) -> None:
+        message = error("slurm", {**SLURM, "SLURMD_NODENAME": "node9"})
+        assert "SLURMD_NODENAME='node9'" in message and "puts it on node10" in message
+
+    def test_task_count_must_match_the_step(self) -> None:
+        assert "counts 3 task(s), but the Slurm step has 4" in error(
+            "slurm", {**SLURM, "DIST_TASKS": "chief=1,worker=2"}
+        )
+
+    def test_node_count_mismatch(self) -> None:
+        message = error("slurm", {**SLURM, "SLURM_STEP_TASKS_PER_NODE": "2(x3)"})
+        assert "counts 3 node(s), SLURM_STEP_NODELIST names 2" in message
+
+    def test_dist_hosts_is_not_silently_ignored(self) -> None:
+        assert "DIST_HOSTS" in error("slurm", {**SLURM, "DIST_HOSTS": "a-{i}"})
+
+    def test_never_touches_cuda_visible_devices(self) -> None:
+        env = {**SLURM, "CUDA_VISIBLE_DEVICES": "3"}
+        cluster = plan_cluster("slurm", env)
+        assert set(cluster.environ) == {"TF_CONFIG"} and env["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+TFJOB = {
+    "cluster": {"master": ["job-master-0.ns.svc:2222"], "worker": ["job-worker-0.ns.svc:2222"]},
+    "task": {"type": "master", "index": 0},
+    "environment": "cloud",
+}
+
+
+class TestFoundTfConfig:
+    def test_tfjob_master_gets_the_rename_hint(self) -> None:
+        message = error("auto", {"TF_CONFIG": json.dumps(TFJOB)})
+        assert "'master'" in message and "rename the TFJob replica Master to Chief" in message
+
+    def test_tfjob_with_chief_and_environment_cloud_is_checked_not_rebuilt(self) -> None:
+        tfjob = json.dumps(TFJOB).replace("master", "chief")
+        cluster = plan_cluster("auto", {"TF_CONFIG": tfjob})
+        assert cluster.identity.engine == "tf_config" and cluster.tf_config is None
+        assert cluster.peers == ["job-worker-0.ns.svc:2222"]
+
+    def test_ray_shape(self) -> None:
+        ray = {
+            "cluster": {"worker": ["10.0.0.1:41234", "10.0.0.2:40111"]},
+            "task": {"type": "worker", "index": 1},
+        }
+        cluster = plan_cluster("auto", {"TF_CONFIG": json.dumps(ray)})
+        assert cluster.peers == ["10.0.0.1:41234"] and "worker 1 of 2" in cluster.line()
+
+    @pytest.mark.parametrize(
+        ("config", "why"),
+        [
+            ('{"cluster": {"worker": ["a:1"]', "not valid JSON: Expecting ',' delimiter at line 1"),
+            ("[1]", "not a JSON object"),
+            (
+                '{"cluster": {"chief": ["a:1", "b:1"], "worker": ["c:1"]}, "task": {}}',
+                "at most one chief",
+            ),
+            (
+                '{"cluster": {"worker": ["a:1"], "evaluator": ["e:1", "f:1"]}, "task": {}}',
+                "at most one evaluator",
+            ),
+            (
+                '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1}}',
+                "out of range",
+            ),
+            (
+                '{"cluster": {"worker": ["a:x"]}, "task": {"type": "worker", "index": 0}}',
+                "integer port",
+            ),
+            (
+                '{"cluster": {"worker": ["fd00::1:22"]}, "task": {"type": "worker", "index": 0}}',
+                "brackets",
+            ),
+            (
+                '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": true}}',
+                "not an integer",
+            ),
+        ],
+    )
+    def test_tensorflow_rules(self, config: str, why: str) -> None:
+        message = error("auto", {"TF_CONFIG": config})
+        assert message.startswith("TF_CONFIG=") or "TF_CONFIG=" in message
+        assert why in message
+
+    def test_evaluator_may_be_absent_from_the_cluster(self) -> None:
+        config = {"cluster": {"worker": ["a:1"]}, "task": {"type": "evaluator", "index": 0}}
+        assert plan_cluster("auto", {"TF_CONFIG": json.dumps(config)}).peers == ["a:1"]
+
+    def test_a_huge_value_is_not_echoed(self) -> None:
+        message = error("auto", {"TF_CONFIG": "{" + "x" * 100_000})
+        assert len(message) < 600
+
+
+class TestAuto:
+    def test_detects_slurm_then_k8s_then_single(self) -> None:
+        assert plan_cluster("auto", SLURM).identity.engine == "slurm"
+        assert plan_cluster("auto", K8S).identity.engine == "k8s"
+        single = plan_cluster("auto", {"JOB_COMPLETION_INDEX": "0"})
+        assert single.identity.engine == "single" and single.tf_config is None
+
+    def test_distributed_is_validated_with_the_contract(self) -> None:
+        assert resolve({}).distributed == "off"
+        with pytest.raises(ConfigError, match=r"DISTRIBUTED='yes'.*off, auto, k8s, slurm"):
+            resolve({"DISTRIBUTED": "yes"})
+
+    def test_dist_variables_from_the_env_file(self, tmp_path) -> None:
+        path = tmp_path / "tfboot.env"
+        path.write_text("DISTRIBUTED=k8s\nDIST_TASKS=2\nDIST_HOSTS=worker=w-{i}.svc\n")
+        env = {"TFBOOT_ENV_FILE": str(path), "JOB_COMPLETION_INDEX": "0"}
+        assert resolve(env).distributed == "k8s"
+        cluster = plan_cluster("k8s", env)
+        assert cluster.identity.sources["tasks"] == f"DIST_TASKS=2 (file {path})"
+
+
+class TestPlan:
+    def test_local_replicas(self) -> None:
+        assert local_replicas(Plan(), 0) == 1
+        assert local_replicas(Plan(), 2) == 2
+        assert local_replicas(Plan(gpu_logical_mb={0: (1024, 1024)}), 2) == 3
+        assert local_replicas(Plan(visible_gpus=(1,), gpu_logical_mb={1: (512,) * 4}), 2) == 4
+
+    def test_replicas_mismatch_names_both_numbers(self) -> None:
+        plan = Plan(gpu_logical_mb={0: (1024, 1024)})
+        with pytest.raises(ConfigError) as info:
+            plan_cluster("k8s", {**K8S, "DIST_REPLICAS_PER_WORKER": "1"}, plan, 1)
+        assert "has 2 local replica(s)" in str(info.value) and "must have 1" in str(info.value)
+
+    def test_split_on_cpu_warns(self) -> None:
+        cluster = plan_cluster("k8s", K8S, Plan(cpu_logical=2), 0)
+        assert any("one CPU replica per worker" in w for w in cluster.warnings)
+
+    def test_proxy_warning_unless_no_proxy_covers_the_peers(self) -> None:
+        env = {**K8S, "HTTPS_PROXY": "http://proxy:3128"}
+        assert any("HTTPS_PROXY is set" in w for w in plan_cluster("k8s", env).warnings)
+        covered = {**env, "no_proxy": "localhost,.train"}
+        assert not any("proxy" in w for w in plan_cluster("k8s", covered).warnings)
+        ips = {"DIST_TASKS": "2", "DIST_HOSTS": "10.0.0.1,10.0.0.2", "DIST_TASK_INDEX": "0"}
+        cidr = {**ips, "http_proxy": "http://p:1", "NO_PROXY": "10.0.0.0/8"}
+        assert not any("proxy" in w for w in plan_cluster("k8s", cidr).warnings)
+
+    def test_keras3_warning_says_what_works(self) -> None:
+        warnings = plan_cluster("k8s", K8S).warnings
+        assert any("keras-team/keras#20585" in w and "TF_USE_LEGACY_KERAS=1" in w for w in warnings)
