@@ -30,4 +30,18 @@ bash scripts/install-wheel.sh
 
 .venv/bin/ruff check .
 .venv/bin/ruff format --check bootstrap tests bench docker
-exec .venv/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -rs "$@"
+
+# On a full run, build the container tests' images (one per Python, cached under content
+# tags) in the background while the other tests run; the tests wait for them on a lock and
+# report any build failure themselves.
+prebuild=""
+if [ "$#" -eq 0 ]; then
+    mkdir -p .cache/docker
+    say "building the test images in the background (log: .cache/docker/prebuild.log)"
+    .venv/bin/python tests/docker/image_builds.py --all >.cache/docker/prebuild.log 2>&1 &
+    prebuild=$!
+fi
+status=0
+.venv/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -rs "$@" || status=$?
+if [ -n "$prebuild" ]; then wait "$prebuild" || true; fi
+exit "$status"

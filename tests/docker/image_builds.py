@@ -1,13 +1,19 @@
 """Build the images the container tests and the CPU-quota benchmark run.
 
-No registry is reachable from the machines these tests run on, so the TensorFlow base image
+No registry is reachable from the machines these tests run on, so each TensorFlow base image
 is a local stand-in: a Debian rootfs from ``debootstrap`` imported with ``docker import``,
 plus TensorFlow installed from wheels downloaded on the host (``standin/Dockerfile``). Both
 are tagged with a hash of their recipe, so a later run finds them with
 ``docker image inspect`` and builds nothing. The tfboot image is then built from the
 project's own ``docker/Dockerfile`` on top of the stand-in.
 
-Run as a script to build (or find) the images and print the tfboot image's tag.
+There is one stand-in per CPython an image may carry (``STANDINS``): 3.11 from bookworm (the
+default), 3.13 from trixie, 3.14 and 3.15 from sid, which share one rootfs. No TensorFlow
+exists for 3.15, so its stand-in has none; its tests bring a stand-in ``tensorflow`` package.
+
+Run as a script to build (or find) the default images and print the tfboot image's tag;
+``--all`` builds every stand-in and its tfboot image (``scripts/test.sh`` runs that in the
+background while the other tests run).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -84,32 +91,81 @@ def digest(*parts: str) -> str:
 
 @dataclass(frozen=True)
 class StandInRecipe:
-    """Everything the stand-in TensorFlow base image is made from; its hash is the image tag."""
+    """Everything a stand-in TensorFlow base image is made from; its hash is the image tag."""
 
-    suite: str = "bookworm"
-    mirror: str = "http://deb.debian.org/debian"
-    packages: tuple[str, ...] = ("python3", "python3-pip", "python3-venv", "ca-certificates")
-    tf_requirement: str = "tensorflow-cpu==2.21.0"
     python_version: str = "3.11"
-    glibc: tuple[int, int] = (2, 36)  # bookworm's; wheels up to this manylinux level fit
+    suite: str = "bookworm"
+    packages: tuple[str, ...] = ("python3", "python3-pip", "python3-venv", "ca-certificates")
+    # None where no TensorFlow exists for this Python.
+    tf_requirement: str | None = "tensorflow-cpu==2.21.0"
+    glibc: tuple[int, int] = (2, 36)  # the suite's; wheels up to this manylinux level fit
 
     @property
     def rootfs_tag(self) -> str:
-        key = digest(self.suite, self.mirror, *self.packages)
+        key = digest(self.suite, *self.packages)
         return f"{IMAGE_PREFIX}/debian-rootfs:{self.suite}-{key}"
 
     @property
     def base_tag(self) -> str:
         recipe = json.dumps(asdict(self), sort_keys=True)
         key = digest(recipe, STANDIN_DOCKERFILE.read_text())
-        version = self.tf_requirement.rpartition("==")[2] or "latest"
-        return f"{IMAGE_PREFIX}/tensorflow-standin:{version}-{key}"
+        tf = (self.tf_requirement or "").rpartition("==")[2] or "none"
+        return f"{IMAGE_PREFIX}/tensorflow-standin:py{self.python_version}-tf{tf}-{key}"
 
     def platforms(self) -> list[str]:
         """Every manylinux platform tag the target's glibc accepts (pip does not expand them)."""
         major, minor = self.glibc
         tags = [f"manylinux_{major}_{m}_x86_64" for m in range(minor, 4, -1)]
         return [*tags, "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
+
+
+# sid carries both 3.14 and 3.15; one rootfs with both serves the two stand-ins.
+SID_PACKAGES = (
+    "python3", "python3-pip", "python3-venv", "python3.14", "python3.15", "python3.15-venv",
+    "ca-certificates",
+)  # fmt: skip
+STANDINS = {
+    "3.11": StandInRecipe(),
+    "3.13": StandInRecipe("3.13", "trixie", glibc=(2, 41)),
+    "3.14": StandInRecipe("3.14", "sid", SID_PACKAGES, "tensorflow-cpu==2.22.0rc0", (2, 43)),
+    "3.15": StandInRecipe("3.15", "sid", SID_PACKAGES, None, (2, 43)),
+}
+DEFAULT_PYTHON = "3.11"
+
+
+def debian_mirror() -> str | None:
+    """The Debian mirror this machine's apt uses, or None to leave it to debootstrap.
+
+    Read from the ``URIs:`` of a deb822 ``/etc/apt/sources.list.d/*.sources`` stanza, or a
+    ``deb`` line of ``/etc/apt/sources.list``, whose suite is a release (not ``-security`` or
+    ``-updates``).
+    """
+    for path in sorted(Path("/etc/apt/sources.list.d").glob("*.sources")):
+        for stanza in re.split(r"\n\s*\n", _read(path)):
+            fields = dict(re.findall(r"^([\w-]+):[ \t]*(.*)$", stanza, re.MULTILINE))
+            uris = fields.get("URIs", "").split()
+            if (
+                uris
+                and "deb" in fields.get("Types", "").split()
+                and _release(fields.get("Suites", ""))
+            ):
+                return uris[0]
+    for line in _read(Path("/etc/apt/sources.list")).splitlines():
+        words = re.sub(r"\[[^]]*\]", "", line).split()
+        if len(words) >= 3 and words[0] == "deb" and _release(words[2]):
+            return words[1]
+    return None
+
+
+def _release(suites: str) -> bool:
+    return any("-" not in suite for suite in suites.split())
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def build_rootfs(recipe: StandInRecipe) -> str:
@@ -122,7 +178,8 @@ def build_rootfs(recipe: StandInRecipe) -> str:
     CACHE.mkdir(parents=True, exist_ok=True)
     rootfs = Path(tempfile.mkdtemp(prefix="rootfs-", dir=CACHE))
     try:
-        log(f"debootstrap {recipe.suite} into {rootfs} (about a minute)")
+        mirror = debian_mirror()
+        log(f"debootstrap {recipe.suite} into {rootfs} from {mirror or 'the default'}")
         run(
             [
                 "debootstrap",
@@ -130,7 +187,7 @@ def build_rootfs(recipe: StandInRecipe) -> str:
                 f"--include={','.join(recipe.packages)}",
                 recipe.suite,
                 str(rootfs),
-                recipe.mirror,
+                *([mirror] if mirror else []),
             ]
         )
         for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
@@ -152,7 +209,12 @@ def build_rootfs(recipe: StandInRecipe) -> str:
 
 
 def download_tf_wheels(recipe: StandInRecipe, dest: Path) -> None:
-    """Download TensorFlow and its dependencies as wheels for the stand-in's Python."""
+    """Download TensorFlow and its dependencies as wheels for the stand-in's Python.
+
+    pip's own cache on the host keeps every file it fetched, so wheels shared between the
+    stand-ins (the pure-Python dependencies) and later rebuilds are not downloaded again.
+    """
+    assert recipe.tf_requirement is not None
     cmd = [
         sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
         "--python-version", recipe.python_version, "--implementation", "cp",
@@ -166,27 +228,31 @@ def download_tf_wheels(recipe: StandInRecipe, dest: Path) -> None:
 
 def build_standin_base(recipe: StandInRecipe | None = None) -> str:
     """The stand-in TensorFlow base image's tag, building it only when it is missing."""
-    recipe = recipe or StandInRecipe()
+    recipe = recipe or STANDINS[DEFAULT_PYTHON]
     tag = recipe.base_tag
     with build_lock():
         if image_exists(tag):
             log(f"stand-in base {tag} is cached")
             return tag
+        started = time.monotonic()
         rootfs_tag = build_rootfs(recipe)
         context = CACHE / f"standin-{tag.rpartition(':')[2]}"
         (context / "wheels").mkdir(parents=True, exist_ok=True)
-        download_tf_wheels(recipe, context / "wheels")
+        if recipe.tf_requirement is not None:
+            download_tf_wheels(recipe, context / "wheels")
         shutil.copy(STANDIN_DOCKERFILE, context / "Dockerfile")
-        log(f"docker build {tag} (about two minutes)")
+        log(f"docker build {tag}")
         run(
             [
                 "docker", "build", "--tag", tag,
                 "--build-arg", f"ROOTFS_IMAGE={rootfs_tag}",
-                "--build-arg", f"TF_REQUIREMENT={recipe.tf_requirement}",
+                "--build-arg", f"PYTHON_VERSION={recipe.python_version}",
+                "--build-arg", f"TF_REQUIREMENT={recipe.tf_requirement or ''}",
                 str(context),
             ]
         )  # fmt: skip
         shutil.rmtree(context, ignore_errors=True)
+        log(f"stand-in base {tag} built in {time.monotonic() - started:.0f}s")
     return tag
 
 
@@ -208,9 +274,18 @@ def build_tfboot_image(base_tag: str, tag: str | None = None) -> str:
     return tag
 
 
+def build_all() -> dict[str, str]:
+    """Build (or find) every stand-in and its tfboot image; map each Python to its image."""
+    return {py: build_tfboot_image(build_standin_base(r)) for py, r in STANDINS.items()}
+
+
 def main() -> None:
-    """Build (or find) both images and print the tfboot image's tag."""
-    print(build_tfboot_image(build_standin_base()))
+    """Build (or find) the default images and print the tfboot image's tag (``--all``: all)."""
+    if sys.argv[1:] == ["--all"]:
+        for python, tag in build_all().items():
+            print(python, tag)
+    else:
+        print(build_tfboot_image(build_standin_base()))
 
 
 if __name__ == "__main__":
