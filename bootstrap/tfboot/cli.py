@@ -1,4 +1,4 @@
-"""The ``tfboot`` command line: show, check, doctor, manifests."""
+"""The ``tfboot`` command line: show, check, doctor, selftest, manifests."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ memory growth (MEMORY_GROWTH), logical GPUs per GPU (VIRTUAL_SPLIT), CPU threads
               (does not import TensorFlow)
   check       validate the environment, or a .env file; exit status 1 on any error
   doctor      import TensorFlow, apply, and report the devices, memory and threads it sees
+  selftest    check each GPU row of the contract on this node, each in a fresh process;
+              exit status 0 all passed or skipped, 1 a row failed, 3 no GPU
   manifests   check Kubernetes manifests: env against resource limits, security context
 """
 
@@ -30,6 +32,7 @@ examples:
   MEMORY_LIMIT_MB=6144 VIRTUAL_SPLIT=2 tfboot show
   tfboot check --env-file deploy/tfboot.env
   VIRTUAL_SPLIT=2 python -m tfboot doctor --json
+  tfboot selftest --gpu 1 --json
   kubectl kustomize k8s/overlays/virtual-split | tfboot manifests -
 """
 
@@ -130,6 +133,43 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if report.get("error") or failed else 0
 
 
+def _gpu_list(value: str) -> tuple[int, ...] | None:
+    from .settings import parse_visible_gpu
+
+    try:
+        chosen = parse_visible_gpu("--gpu", value)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if chosen == ():
+        raise argparse.ArgumentTypeError("--gpu='none' tests nothing: give all, 1 or 0,2")
+    return chosen
+
+
+def _positive(value: str) -> int:
+    if not (value.isascii() and value.isdigit() and int(value) > 0):
+        raise argparse.ArgumentTypeError(f"{value!r}: expected a positive integer")
+    return int(value)
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from .selftest import render
+    from .selftest.runner import run
+
+    def on_start(report: Any) -> None:
+        print(render.header(report), flush=True)
+
+    def on_row(result: Any) -> None:
+        print(render.row_line(result), flush=True)
+
+    if args.json:
+        report = run(args.gpu, args.cap_mb, args.timeout)
+        print(json.dumps(report.to_dict()))
+    else:
+        report = run(args.gpu, args.cap_mb, args.timeout, on_start, on_row)
+        print(render.summary(report))
+    return report.exit_status
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tfboot",
@@ -158,6 +198,41 @@ def build_parser() -> argparse.ArgumentParser:
         help="fill each capped logical GPU up to its cap and check the next allocation fails",
     )
     doctor.set_defaults(func=cmd_doctor)
+
+    selftest = commands.add_parser(
+        "selftest",
+        help="check the GPU rows of the contract on this node, one fresh process per row",
+        description="Check each GPU row of the contract on this node (VISIBLE_GPU, "
+        "MEMORY_LIMIT_MB, VIRTUAL_SPLIT, MEMORY_GROWTH, growth under a cap, the "
+        "cuda_malloc_async warning, REQUIRE_GPU), each in a fresh Python process, and print "
+        "PASS, FAIL or SKIP per row with the numbers seen. Run it after a driver or image "
+        "upgrade. Exit status: 0 every row passed or was skipped, 1 a row failed or "
+        "TensorFlow could not start, 2 bad options, 3 TensorFlow lists no GPU.",
+    )
+    selftest.add_argument("--json", action="store_true", help="print one JSON object")
+    selftest.add_argument(
+        "--gpu",
+        type=_gpu_list,
+        default=None,
+        metavar="all|N|N,M",
+        help="GPUs to test, indexes in TensorFlow's list (default: all)",
+    )
+    selftest.add_argument(
+        "--cap-mb",
+        type=_positive,
+        default=1024,
+        metavar="MIB",
+        help="the cap the cap rows set and fill, in MiB (default 1024; keep it well below "
+        "the GPU's memory)",
+    )
+    selftest.add_argument(
+        "--timeout",
+        type=_positive,
+        default=180,
+        metavar="SECONDS",
+        help="time one row may take before it counts as failed (default 180)",
+    )
+    selftest.set_defaults(func=cmd_selftest)
 
     # Listed for --help; main() hands `manifests` to its own parser.
     commands.add_parser("manifests", help="check Kubernetes YAML (files or - for stdin)")

@@ -66,7 +66,8 @@ def _verify_one(tf: Any, device: str, limit_mb: int) -> dict[str, Any]:
             next_failed = True
         else:
             try:
-                held.append(_allocate(tf, device, cap - in_use + MIB))
+                # At least 1 MiB: the allocator's rounding may already have passed the cap.
+                held.append(_allocate(tf, device, max(MIB, cap - in_use + MIB)))
                 next_failed = False
             except _out_of_memory(tf):
                 next_failed = True
@@ -78,7 +79,10 @@ def _verify_one(tf: Any, device: str, limit_mb: int) -> dict[str, Any]:
     if ok:
         detail = f"held {in_use // MIB} MiB of {limit_mb} MiB; one more block was refused"
     elif not next_failed:
-        detail = f"an allocation past the {limit_mb} MiB cap succeeded: the cap is not enforced"
+        detail = (
+            f"an allocation past the {limit_mb} MiB cap succeeded with {in_use // MIB} MiB "
+            "held: the cap is not enforced"
+        )
     else:
         detail = (
             f"allocation failed at {in_use // MIB} MiB, below {MIN_FILL:.0%} "

@@ -1,0 +1,37 @@
+"""``tfboot selftest`` as text: a header, one line per row, a summary."""
+
+from __future__ import annotations
+
+from .runner import NO_GPU, Report, RowResult
+
+
+def header(report: Report) -> str:
+    gpus = ", ".join(
+        f"GPU {i}" + (f" ({g['model']})" if g.get("model") else "")
+        for i, g in enumerate(report.gpus)
+    )
+    return (
+        f"tfboot selftest: TensorFlow {report.tensorflow}; {len(report.gpus)} GPU(s): {gpus}; "
+        f"testing GPU {', '.join(map(str, report.tested))} with a {report.cap_mb} MiB cap"
+    )
+
+
+def row_line(result: RowResult) -> str:
+    where = "node" if result.gpu is None else f"GPU {result.gpu}"
+    return f"{result.status}  {result.row:<17} {where:<6} {result.seconds:5.1f} s  {result.detail}"
+
+
+def summary(report: Report) -> str:
+    if report.error is not None:
+        return f"tfboot selftest: error: {report.error}"
+    if not report.gpus:
+        return (
+            f"tfboot selftest: no GPU: TensorFlow {report.tensorflow} lists no GPU on this node "
+            f"(exit status {NO_GPU})"
+        )
+    counts = {s: sum(r.status == s for r in report.rows) for s in ("PASS", "FAIL", "SKIP")}
+    seconds = sum(r.seconds for r in report.rows)
+    return (
+        f"{counts['PASS']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped "
+        f"in {seconds:.0f} s (exit status {report.exit_status})"
+    )

@@ -1,0 +1,72 @@
+"""``tfboot selftest``'s reading of TensorFlow's log, and the environment its rows get.
+
+The pluggable lines are copied from runs on the simulated GPU (TensorFlow 2.21 and the
+pinned nightly). No CUDA GPU is reachable here, so the CUDA line is written from the
+format string in TensorFlow's ``gpu_device.cc`` (``Created device ... MB memory: ->``
+plus ``GetShortDeviceDescription``): a stand-in, named as such.
+"""
+
+from __future__ import annotations
+
+from tfboot.selftest.runner import child_env
+from tfboot.selftest.tflog import parse
+
+PLUGGABLE_221 = (
+    "I0000 00:00:1.2 25070 pluggable_device_factory.cc:271] Created TensorFlow device "
+    "(/job:localhost/replica:0/task:0/device:GPU:0 with 1748 MB memory) -> physical "
+    "PluggableDevice (device: 1, name: SIMGPU, pci bus id: <undefined>)"
+)
+PLUGGABLE_NIGHTLY = (
+    "I0000 00:00:1.4 25627 pluggable_device_factory.cc:381] Created TensorFlow device "
+    "(/job:localhost/replica:0/task:0/device:GPU:1 with 512 MB memory and priority: DEFAULT) "
+    "-> physical PluggableDevice (device: 0, name: SimGPU, pci bus id: 0000:00:01.0)"
+)
+CUDA_STAND_IN = (
+    "I0000 00:00:1.5 31 gpu_device.cc:2020] Created device "
+    "/job:localhost/replica:0/task:0/device:GPU:0 with 1024 MB memory:  -> device: 3, "
+    "name: NVIDIA H100 80GB HBM3, pci bus id: 0000:19:00.0, compute capability: 9.0"
+)
+REGIONS = """\
+I0000 bfc_allocator.cc:176] Extending allocation by 2.00MiB bytes for pluggable_device_host_bfc.
+I0000 bfc_allocator.cc:176] Extending allocation by 2.00MiB bytes for PluggableDevice_0_bfc.
+I0000 bfc_allocator.cc:223] Extending allocation by 1.71GiB bytes for GPU_1_bfc.
+I0000 bfc_allocator.cc:176] Extending allocation by 4.00MiB bytes for PluggableDevice_0_bfc.
+tfboot: warning: TF_GPU_ALLOCATOR=cuda_malloc_async: memory_limit is then a release threshold
+"""
+
+
+def test_device_lines_of_both_factories() -> None:
+    log = parse("\n".join([PLUGGABLE_221, PLUGGABLE_NIGHTLY, CUDA_STAND_IN]))
+    assert [(d.logical, d.memory_mb, d.physical, d.model) for d in log.devices] == [
+        (0, 1748, 1, "SIMGPU"),
+        (1, 512, 0, "SimGPU"),
+        (0, 1024, 3, "NVIDIA H100 80GB HBM3"),
+    ]
+
+
+def test_regions_per_logical_gpu_and_warnings() -> None:
+    log = parse(REGIONS)
+    assert log.region_mib(0) == [2, 4]  # the host allocator is not a GPU's
+    assert log.region_mib(1) == [round(1.71 * 1024, 2)]
+    assert log.tfboot_warnings == [
+        "TF_GPU_ALLOCATOR=cuda_malloc_async: memory_limit is then a release threshold"
+    ]
+
+
+def test_child_env_keeps_the_node_and_replaces_tfboot_settings() -> None:
+    base = {
+        "PATH": "/usr/bin",
+        "CUDA_VISIBLE_DEVICES": "2,3",
+        "MEMORY_LIMIT_MB": "6144",
+        "TFBOOT_DISABLE": "true",
+        "TF_FORCE_GPU_ALLOW_GROWTH": "false",
+        "TF_GPU_ALLOCATOR": "cuda_malloc_async",
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+    }
+    env = child_env({"VISIBLE_GPU": "1"}, base)
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["PATH"] == "/usr/bin"
+    assert env["VISIBLE_GPU"] == "1" and env["TFBOOT_LOG"] == "info"
+    assert env["TF_CPP_MIN_LOG_LEVEL"] == "0"
+    for dropped in ("MEMORY_LIMIT_MB", "TFBOOT_DISABLE", "TF_FORCE_GPU_ALLOW_GROWTH",
+                    "TF_GPU_ALLOCATOR"):  # fmt: skip
+        assert dropped not in env
