@@ -16,7 +16,7 @@ from typing import Any
 from . import report
 from .cpu import cpu_budget
 from .errors import ConfigError, Problem
-from .plan import Plan, make_plan
+from .plan import Plan, make_plan, needs_devices
 from .report import Result
 from .settings import DISABLE, LOG, ON_ERROR, control, disabled, resolve
 
@@ -80,7 +80,8 @@ def apply(tf: ModuleType | None = None, env: Mapping[str, str] | None = None) ->
 
 def _configure(tf: ModuleType, env: Mapping[str, str]) -> Result:
     settings = resolve(env)
-    gpus = tf.config.list_physical_devices("GPU")
+    # Listing devices initialises the GPU driver: only when a setting depends on them.
+    gpus = tf.config.list_physical_devices("GPU") if needs_devices(settings) else []
     plan = make_plan(settings, len(gpus), cpu_budget(env), env)
     cluster = None
     if settings.distributed != "off":

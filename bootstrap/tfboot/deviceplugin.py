@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .errors import Problem
+from .numbers import digits
 
 HAMI_ALL = "CUDA_DEVICE_MEMORY_LIMIT"
 HAMI_PREFIX = "CUDA_DEVICE_MEMORY_LIMIT_"
@@ -24,7 +25,9 @@ GPUSHARE = "ALIYUN_COM_GPU_MEM_CONTAINER"
 GPUSHARE_DEVICE = "ALIYUN_COM_GPU_MEM_DEV"
 
 _UNITS = {"": 1, "m": 1, "mi": 1, "mb": 1, "mib": 1, "g": 1024, "gi": 1024, "gb": 1024, "gib": 1024}
-_QUANTITY = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
+_QUANTITY = re.compile(r"^\s*([0-9]+)\s*([a-z]*)\s*$", re.IGNORECASE)
+# 1 TiB: more than any GPU has (the MEMORY_LIMIT_MB limit).
+_MAX_MIB = 1 << 20
 # No GPU has 512 GiB or more; a gpushare device total above this is in MiB.
 _MAX_GIB = 512
 # What a hard share must keep free beside TensorFlow's cap (CUDA context, cuDNN, cuBLAS).
@@ -43,12 +46,18 @@ class PluginLimit:
 def _mib(variable: str, value: str, problems: list[Problem]) -> int | None:
     match = _QUANTITY.match(value)
     unit = match.group(2).lower() if match else None
-    if not match or unit not in _UNITS or int(match.group(1)) <= 0:
+    amount = digits(match.group(1)) if match else None
+    mib = amount * _UNITS[unit] if amount and unit in _UNITS else 0
+    if not 0 < mib <= _MAX_MIB:
         problems.append(
-            Problem(variable, value, "expected a positive amount such as 6144m, 6144 (MiB) or 6g")
+            Problem(
+                variable,
+                value,
+                "expected an amount from 1 MiB to 1 TiB such as 6144m, 6144 (MiB) or 6g",
+            )
         )
         return None
-    return int(match.group(1)) * _UNITS[unit]
+    return mib
 
 
 def _hami_cap(variable: str, value: str, problems: list[Problem]) -> int | None:
@@ -70,25 +79,32 @@ def _hami_cap(variable: str, value: str, problems: list[Problem]) -> int | None:
 def read_plugin_limit(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
     """The device plugin's cap, or None when no plugin variable is set."""
     per_gpu: dict[int, int] = {}
-    for name, value in env.items():
-        if name.startswith(HAMI_PREFIX) and name[len(HAMI_PREFIX) :].isdigit():
+    names = [f"{HAMI_ALL}={env[HAMI_ALL]}"] if HAMI_ALL in env else []
+    for name, value in sorted(env.items()):
+        suffix = name[len(HAMI_PREFIX) :]
+        if name.startswith(HAMI_PREFIX) and suffix.isascii() and suffix.isdigit():
+            names.append(f"{name}={value}")
             mib = _hami_cap(name, value, problems)
-            if mib is not None:
-                per_gpu[int(name[len(HAMI_PREFIX) :])] = mib
-    if HAMI_ALL in env or per_gpu:
+            index = digits(suffix)
+            if mib is not None and index is not None:
+                per_gpu[index] = mib
+    if names:
         default = _hami_cap(HAMI_ALL, env[HAMI_ALL], problems) if HAMI_ALL in env else None
-        names = [f"{HAMI_ALL}={env[HAMI_ALL]}"] if HAMI_ALL in env else []
-        names += [f"{HAMI_PREFIX}{i}={env[HAMI_PREFIX + str(i)]}" for i in sorted(per_gpu)]
         source = f"HAMi {', '.join(names)} minus {HAMI_HEADROOM_MB} MiB headroom"
         return PluginLimit(default, per_gpu, source)
     if GPUSHARE in env:
         value = env[GPUSHARE].strip()
-        if not value.isdigit() or int(value) <= 0:
-            problems.append(Problem(GPUSHARE, env[GPUSHARE], "expected a positive integer (GiB)"))
-            return None
-        device_total = env.get(GPUSHARE_DEVICE, "").strip()
-        in_mib = device_total.isdigit() and int(device_total) >= _MAX_GIB
+        device_total = digits(env.get(GPUSHARE_DEVICE, ""))
+        in_mib = device_total is not None and device_total >= _MAX_GIB
         unit = "MiB" if in_mib else "GiB"
-        mib = int(value) if in_mib else int(value) * 1024
+        amount = digits(value) or 0
+        mib = amount if in_mib else amount * 1024
+        if not 0 < mib <= _MAX_MIB:
+            problems.append(
+                Problem(
+                    GPUSHARE, env[GPUSHARE], f"expected a positive integer ({unit}), at most 1 TiB"
+                )
+            )
+            return None
         return PluginLimit(mib, {}, f"gpushare {GPUSHARE}={value} {unit}")
     return None

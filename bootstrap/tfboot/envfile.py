@@ -1,20 +1,102 @@
-"""Read the ``.env`` file named by ``TFBOOT_ENV_FILE`` (python-dotenv), strictly.
+"""Read the ``.env`` file named by ``TFBOOT_ENV_FILE`` (python-dotenv), strictly and safely.
 
-Only an explicitly named file is read; a ``.env`` in the working directory never is.
-Lines python-dotenv cannot parse are errors here, not skipped lines.
+Only an explicitly named file is read; a ``.env`` in the working directory never is. Only a
+regular file of at most ``MAX_BYTES`` is read: a device, FIFO, socket or directory is
+refused before any read, so nothing can block or stream forever. Lines python-dotenv
+cannot parse are errors here, not skipped lines. Errors never quote the file's text (the
+path may name a file of secrets): they give line numbers, and the names of unknown keys
+that look like variable names.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import re
+import stat
 
 from .errors import ConfigError, Problem
 
 VARIABLE = "TFBOOT_ENV_FILE"
+MAX_BYTES = 64 * 1024
+# A key is named in a message only if it looks like a variable name.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def _problem(path: str, accepted: str, hint: str = "") -> ConfigError:
     return ConfigError(Problem(VARIABLE, path, accepted, hint))
+
+
+def _check(path: str, status: os.stat_result) -> None:
+    """Refuse anything but a regular file of at most ``MAX_BYTES``."""
+    for test, kind in _KINDS:
+        if test(status.st_mode):
+            raise _problem(path, f"it is {kind}, not a .env file (only a regular file is read)")
+    if not stat.S_ISREG(status.st_mode):
+        raise _problem(path, "it is not a regular file (only a regular file is read)")
+    if status.st_size > MAX_BYTES:
+        raise _problem(
+            path, f"the file has {status.st_size} bytes, more than the {MAX_BYTES} a .env may have"
+        )
+
+
+def _read_bytes(path: str) -> bytes:
+    """At most ``MAX_BYTES`` of a regular file, checked before and after opening (races)."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        raise _problem(
+            path, "the file does not exist", "give the path of a readable .env file"
+        ) from None
+    except PermissionError:
+        raise _problem(
+            path, f"the file cannot be read by uid {os.getuid()} (permission denied)"
+        ) from None
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise _problem(path, f"the file cannot be read ({reason})") from None
+    _check(path, status)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _problem(path, f"the file cannot be read ({exc.strerror})") from None
+    try:
+        _check(path, os.fstat(fd))
+        chunks, size = [], 0
+        while size <= MAX_BYTES:
+            chunk = os.read(fd, MAX_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise _problem(path, f"the file cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_BYTES:
+        raise _problem(path, f"the file grew past the {MAX_BYTES} bytes a .env may have")
+    return data
+
+
+def _text(path: str, data: bytes) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise _problem(path, f"line {line} is not UTF-8 text (a .env file is UTF-8)") from None
+
+
+def _listed(items: list[str], shown: int = 10) -> str:
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
 
 
 def read_env_file(path: str, allowed: frozenset[str]) -> dict[str, str]:
@@ -22,49 +104,36 @@ def read_env_file(path: str, allowed: frozenset[str]) -> dict[str, str]:
     from dotenv import dotenv_values
     from dotenv.parser import parse_stream
 
-    try:
-        with open(path, encoding="utf-8") as stream:
-            text = stream.read()
-    except FileNotFoundError:
-        raise _problem(
-            path, "the file does not exist", "give the path of a readable .env file"
-        ) from None
-    except IsADirectoryError:
-        raise _problem(path, "it is a directory, not a .env file") from None
-    except PermissionError:
-        raise _problem(
-            path, f"the file cannot be read by uid {os.getuid()} (permission denied)"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _problem(path, f"the file cannot be read ({exc})") from None
-
-    import io
-
+    text = _text(path, _read_bytes(path))
+    bad: list[str] = []
+    odd: list[str] = []  # lines whose key does not look like a name: not quoted
+    unknown: list[str] = []
+    missing: list[str] = []
+    for binding in parse_stream(io.StringIO(text)):
+        line = binding.original.line
+        if binding.error:
+            bad.append(str(line))
+        elif binding.key and not _NAME.match(binding.key):
+            odd.append(str(line))
+        elif binding.key and binding.key not in allowed:
+            unknown.append(binding.key)
+        elif binding.key and binding.value is None:
+            missing.append(f"{binding.key} (line {line})")
     problems = [
-        Problem(
-            VARIABLE,
-            path,
-            f"line {b.original.line} is not KEY=VALUE: {b.original.string.strip()!r}",
-        )
-        for b in parse_stream(io.StringIO(text))
-        if b.error
-    ]
-    values = {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if k}
-    unknown = sorted(k for k in values if k not in allowed)
-    if unknown:
-        problems.append(
-            Problem(
-                VARIABLE,
-                path,
-                f"unknown variable(s) {', '.join(unknown)}; a tfboot .env file may set only "
+        Problem(VARIABLE, path, accepted)
+        for found, accepted in (
+            (bad, f"line(s) {_listed(bad)} are not KEY=VALUE"),
+            (odd, f"line(s) {_listed(odd)} set a key that is not a variable name"),
+            (
+                unknown,
+                f"unknown variable(s) {_listed(unknown)}; a tfboot .env file may set only "
                 + ", ".join(sorted(allowed)),
-            )
+            ),
+            (missing, f"{_listed(missing)} has no value (write KEY=VALUE)"),
         )
-    missing = sorted(k for k, v in values.items() if v is None)
-    if missing:
-        problems.append(
-            Problem(VARIABLE, path, f"{', '.join(missing)} has no value (write KEY=VALUE)")
-        )
+        if found
+    ]
     if problems:
         raise ConfigError(problems)
-    return {k: v for k, v in values.items() if v is not None}
+    values = dotenv_values(stream=io.StringIO(text))
+    return {k: v for k, v in values.items() if k and v is not None}

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+SHOWN_CHARS = 64  # a longer value is shortened in messages, its length given
+
+
+def _shown(value: str) -> str:
+    if len(value) <= SHOWN_CHARS:
+        return repr(value)
+    return f"{value[: SHOWN_CHARS // 2]!r}... ({len(value)} characters)"
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -20,7 +28,7 @@ class Problem:
         if self.value is None:
             text = f"{self.variable}: {self.accepted}" if self.variable else self.accepted
         else:
-            text = f"{self.variable}={self.value!r} {self.verdict}: {self.accepted}"
+            text = f"{self.variable}={_shown(self.value)} {self.verdict}: {self.accepted}"
         return f"{text}; {self.hint}" if self.hint else text
 
 

@@ -13,6 +13,8 @@ from .errors import ConfigError, Problem
 from .settings import Settings
 
 GPU_SETTINGS = ("VISIBLE_GPU", "MEMORY_LIMIT_MB", "MEMORY_GROWTH")
+# Settings that need TensorFlow's device list; without them tfboot never lists devices.
+DEVICE_SETTINGS = (*GPU_SETTINGS, "VIRTUAL_SPLIT", "REQUIRE_GPU")
 ON_THIS_HOST = "cannot be applied on this host"
 INTRA_ENV = "TF_NUM_INTRAOP_THREADS"
 INTER_ENV = "TF_NUM_INTEROP_THREADS"
@@ -46,6 +48,12 @@ class Plan:
 def _given(settings: Settings, name: str) -> str:
     value, source = settings.given[name]
     return f"{name}={value} ({source})"
+
+
+def needs_devices(settings: Settings) -> bool:
+    """True when the plan depends on the GPU list (a GPU setting, a split, a cluster)."""
+    given = any(name in settings.given for name in DEVICE_SETTINGS)
+    return given or settings.distributed != "off"
 
 
 def make_plan(settings: Settings, gpu_count: int, cpu: CpuBudget, env: Mapping[str, str]) -> Plan:
@@ -193,6 +201,11 @@ def _plan_threads(plan: Plan, settings: Settings, cpu: CpuBudget, env: Mapping[s
         return
     if isinstance(choice, int):
         threads, why = choice, _given(settings, "CPU_THREADS")
+        if choice > cpu.affinity:
+            plan.warnings.append(
+                f"{why} is more threads per pool than the {cpu.affinity} CPUs this process "
+                "may run on"
+            )
     elif cpu.threads is not None:
         threads = cpu.threads
         why = f"CPU_THREADS=auto: quota {cpu.quota:g} CPUs from {cpu.quota_source}, rounded up"

@@ -15,11 +15,17 @@ from typing import Any, Union
 from .cluster import MODES, NAMES
 from .deviceplugin import read_plugin_limit
 from .errors import ConfigError, Problem
+from .numbers import digits
 
 BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True,
               "false": False, "0": False, "no": False, "off": False}  # fmt: skip
 BOOL_ACCEPTED = "expected true/false (also 1/0, yes/no, on/off)"
 MAX_SPLIT = 64
+# 1 TiB per GPU: more than any GPU has, and far inside TensorFlow's byte count (int64).
+MAX_MEMORY_MB = 1 << 20
+# Threads per pool. TensorFlow's first op takes 0.07 s with 64, 0.4 s with 1024, 1.4 s with
+# 4096, and aborts with 16384 (bench/thread_ceiling.py); no machine has more CPUs than this.
+MAX_CPU_THREADS = 1024
 PRECISION_POLICIES = ("mixed_float16", "mixed_bfloat16", "float32")
 
 # Variables that control tfboot itself: read from the process environment only.
@@ -56,11 +62,8 @@ def _choice(*words: str) -> Callable[[str, str], str]:
 
 
 def _positive_int(text: str) -> int | None:
-    text = text.strip()
-    if not text.isdigit() or not text.isascii():
-        return None
-    number = int(text)
-    return number if number > 0 else None
+    number = digits(text)
+    return number if number else None
 
 
 def parse_visible_gpu(name: str, value: str) -> tuple[int, ...] | None:
@@ -72,9 +75,10 @@ def parse_visible_gpu(name: str, value: str) -> tuple[int, ...] | None:
     if word == "none":
         return ()
     parts = [p.strip() for p in value.split(",")]
-    if not all(p.isdigit() and p.isascii() for p in parts):
+    numbers = [digits(p) for p in parts]
+    if None in numbers:
         raise ConfigError(Problem(name, value, accepted))
-    indexes = tuple(int(p) for p in parts)
+    indexes = tuple(n for n in numbers if n is not None)
     repeated = sorted({i for i in indexes if indexes.count(i) > 1})
     if repeated:
         raise ConfigError(
@@ -83,36 +87,40 @@ def parse_visible_gpu(name: str, value: str) -> tuple[int, ...] | None:
     return indexes
 
 
+MEMORY_ACCEPTED = (
+    f"expected a number of MiB from 1 to {MAX_MEMORY_MB} (1 TiB, more than any GPU has) "
+    "such as 6144"
+)
+
+
 def parse_memory_limit(name: str, value: str) -> int | str:
     """A positive number of MiB, or ``auto`` (take the device plugin's share)."""
     if _word(value) == "auto":
         return "auto"
     number = _positive_int(value)
-    if number is None:
-        raise ConfigError(
-            Problem(name, value, "expected a positive integer number of MiB such as 6144, or auto")
-        )
+    if number is None or number > MAX_MEMORY_MB:
+        raise ConfigError(Problem(name, value, MEMORY_ACCEPTED + ", or auto"))
     return number
 
 
 def parse_split(name: str, value: str) -> Split:
     """``N`` (1..64) logical devices per GPU, or their MiB sizes ``2048,2048,4096``."""
     accepted = (
-        f"expected a count from 1 to {MAX_SPLIT} such as 2, "
-        "or a list of MiB sizes such as 2048,2048,4096"
+        f"expected a count from 1 to {MAX_SPLIT} such as 2, or a list of up to {MAX_SPLIT} "
+        f"MiB sizes from 1 to {MAX_MEMORY_MB} (1 TiB) such as 2048,2048,4096"
     )
     if "," not in value:
         count = _positive_int(value)
         if count is None or count > MAX_SPLIT:
             hint = (
                 f"for one logical GPU of {count} MiB use MEMORY_LIMIT_MB={count}"
-                if count is not None
+                if count is not None and count <= MAX_MEMORY_MB
                 else ""
             )
             raise ConfigError(Problem(name, value, accepted, hint))
         return count
     sizes = tuple(_positive_int(part) for part in value.split(","))
-    if any(size is None for size in sizes) or len(sizes) > MAX_SPLIT:
+    if any(s is None or s > MAX_MEMORY_MB for s in sizes) or len(sizes) > MAX_SPLIT:
         raise ConfigError(Problem(name, value, accepted))
     return tuple(s for s in sizes if s is not None)
 
@@ -123,8 +131,18 @@ def parse_cpu_threads(name: str, value: str) -> CpuThreads:
     if word in ("auto", "host"):
         return word
     number = _positive_int(value)
-    if number is None:
-        raise ConfigError(Problem(name, value, "expected auto, host or a positive integer"))
+    if number is None or number > MAX_CPU_THREADS:
+        raise ConfigError(
+            Problem(
+                name,
+                value,
+                f"expected auto, host or a thread count from 1 to {MAX_CPU_THREADS}",
+                "TensorFlow starts this many threads per pool: with 4096 its first op takes "
+                "seconds, with 16384 it aborts"
+                if number
+                else "",
+            )
+        )
     return number
 
 
@@ -141,10 +159,10 @@ class Variable:
 
 CONTRACT: tuple[Variable, ...] = (
     Variable("VISIBLE_GPU", parse_visible_gpu, "all | none | index | i,j,...", None, True),
-    Variable("MEMORY_LIMIT_MB", parse_memory_limit, "positive MiB | auto", None, True),
+    Variable("MEMORY_LIMIT_MB", parse_memory_limit, f"MiB 1..{MAX_MEMORY_MB} | auto", None, True),
     Variable("VIRTUAL_SPLIT", parse_split, f"N (1..{MAX_SPLIT}) | MiB sizes a,b,...", 1),
     Variable("MEMORY_GROWTH", parse_bool, "bool", None, True),
-    Variable("CPU_THREADS", parse_cpu_threads, "auto | host | positive integer", "auto"),
+    Variable("CPU_THREADS", parse_cpu_threads, f"auto | host | 1..{MAX_CPU_THREADS}", "auto"),
     Variable("SOFT_PLACEMENT", parse_bool, "bool", None),
     Variable("LOG_DEVICE_PLACEMENT", parse_bool, "bool", None),
     Variable("XLA_JIT", parse_bool, "bool", None),
