@@ -12,6 +12,8 @@ from typing import Any
 from . import __version__
 from .errors import ConfigError
 
+MIN_CAP_MB = 64  # selftest: room for growth's first regions in each half of a split
+
 DESCRIPTION = """\
 tfboot applies environment variables to TensorFlow at `import tensorflow`, with no change
 to your code: which GPUs are visible (VISIBLE_GPU), a memory cap per GPU (MEMORY_LIMIT_MB),
@@ -151,6 +153,13 @@ def _positive(value: str) -> int:
     return int(value)
 
 
+def _cap_mb(value: str) -> int:
+    cap = _positive(value)
+    if cap < MIN_CAP_MB:
+        raise argparse.ArgumentTypeError(f"{value!r}: expected at least {MIN_CAP_MB} MiB")
+    return cap
+
+
 def cmd_selftest(args: argparse.Namespace) -> int:
     from .selftest import render
     from .selftest.runner import run
@@ -219,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     selftest.add_argument(
         "--cap-mb",
-        type=_positive,
+        type=_cap_mb,
         default=1024,
         metavar="MIB",
         help="the cap the cap rows set and fill, in MiB (default 1024; keep it well below "
