@@ -5,8 +5,9 @@ Run at build time with the base image's own Python. It checks that:
 1. ``tfboot.pth`` sits in the interpreter's own site-packages directory (as ``sysconfig``
    names it; ``dist-packages`` on Debian and Ubuntu Pythons);
 2. that directory is one that ``site`` processes at start-up;
-3. a fresh interpreter, also in isolated mode (``python -I``), has imported the module the
-   ``.pth`` line names, before any user code runs.
+3. a fresh interpreter, also in isolated mode (``python -I``), has imported the ``tfboot``
+   package (which the ``.pth`` line, or on Python 3.15+ the ``tfboot.start`` entry point,
+   imports) before any user code runs.
 
 Standard library only: it runs before anything else is known to work.
 """
@@ -20,23 +21,13 @@ import sys
 import sysconfig
 
 PTH_NAME = "tfboot.pth"
+MODULE = "tfboot"
 
 
 def fail(message: str) -> None:
     """Print ``message`` and stop the build."""
     sys.stderr.write(f"check_install: {message}\n")
     raise SystemExit(1)
-
-
-def startup_module(pth_path: str) -> str:
-    """The module the ``import`` line of ``pth_path`` names."""
-    with open(pth_path, encoding="utf-8") as fh:
-        for line in fh:
-            words = line.split()
-            if len(words) >= 2 and words[0] == "import":
-                return words[1].rstrip(";")
-    fail(f"{pth_path} has no import line")
-    raise AssertionError("unreachable")
 
 
 def installed_at() -> str:
@@ -67,11 +58,10 @@ def main() -> None:
     site_dirs = {os.path.realpath(d) for d in site.getsitepackages()}
     if os.path.realpath(purelib) not in site_dirs:
         fail(f"{purelib} is not processed by site at start-up (site dirs: {sorted(site_dirs)})")
-    module = startup_module(pth)
     for flags in ((), ("-I",)):
-        if not loaded_at_startup(module, *flags):
-            fail(f"python {' '.join(flags)} did not import {module} at start-up")
-    print(f"check_install: {pth} is active ({module} loads at start-up, also under -I)")
+        if not loaded_at_startup(MODULE, *flags):
+            fail(f"python {' '.join(flags)} did not import {MODULE} at start-up")
+    print(f"check_install: {pth} is active ({MODULE} loads at start-up, also under -I)")
 
 
 if __name__ == "__main__":
