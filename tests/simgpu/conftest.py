@@ -6,6 +6,7 @@ A venv that is missing or lacks TensorFlow or tfboot skips its tests, except und
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,19 +40,27 @@ def nightly_plugin() -> Path:
     return ready_plugin(NIGHTLY_PYTHON)
 
 
+def closing(gpu: SimGpu) -> Iterator[SimGpu]:
+    """Yield ``gpu``, then remove its shared segments."""
+    try:
+        yield gpu
+    finally:
+        gpu.close()
+
+
 @pytest.fixture
-def stable_gpu(stable_plugin: Path, tmp_path: Path) -> SimGpu:
+def stable_gpu(stable_plugin: Path, tmp_path: Path) -> Iterator[SimGpu]:
     """Scenarios on TensorFlow 2.21 (no shim: logical devices are ignored there)."""
-    return SimGpu(STABLE_PYTHON, stable_plugin, tmp_path, shim=False)
+    yield from closing(SimGpu(STABLE_PYTHON, stable_plugin, tmp_path, shim=False))
 
 
 @pytest.fixture
-def nightly_gpu(nightly_plugin: Path, tmp_path: Path) -> SimGpu:
+def nightly_gpu(nightly_plugin: Path, tmp_path: Path) -> Iterator[SimGpu]:
     """Scenarios on the pinned nightly, with the test-only pluggable shim."""
-    return SimGpu(NIGHTLY_PYTHON, nightly_plugin, tmp_path, shim=True)
+    yield from closing(SimGpu(NIGHTLY_PYTHON, nightly_plugin, tmp_path, shim=True))
 
 
 @pytest.fixture
-def nightly_gpu_without_shim(nightly_plugin: Path, tmp_path: Path) -> SimGpu:
+def nightly_gpu_without_shim(nightly_plugin: Path, tmp_path: Path) -> Iterator[SimGpu]:
     """The pinned nightly as shipped: logical-device config never reaches the plugin."""
-    return SimGpu(NIGHTLY_PYTHON, nightly_plugin, tmp_path, shim=False)
+    yield from closing(SimGpu(NIGHTLY_PYTHON, nightly_plugin, tmp_path, shim=False))

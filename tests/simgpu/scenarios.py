@@ -5,7 +5,10 @@ with only tfboot's environment variables set, on the simulated GPU built from
 ``sim.c`` (see README.md). ``.venv`` holds TensorFlow 2.21; ``.venv-nightly`` the
 pinned tf-nightly-cpu, whose scenarios also load the test-only ``pluggable_shim``.
 Both need the tfboot wheel installed (``scripts/test.sh`` does it). No pytest here:
-the benchmark uses it too.
+the benchmarks use it too.
+
+Each ``SimGpu`` has its own ``SIMGPU_NAMESPACE``: its processes share one simulated
+device (``start`` runs several at once), and no other test's processes count against it.
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from support import REPO, last_json, run_module, run_python
+from support import REPO, last_json, run_module, run_python, scenario_env
+
+from simgpu.segment import DeviceAccount, read_account, remove_segments
 
 MIB = 1 << 20
 STABLE_PYTHON = REPO / ".venv" / "bin" / "python"
@@ -80,6 +86,23 @@ class SimRun:
 
 
 @dataclass
+class SimJob:
+    """A scenario started in the background; ``wait`` gives its ``SimRun``."""
+
+    popen: subprocess.Popen[str]
+    record_path: Path
+    stdout: Path
+    stderr: Path
+
+    def wait(self, timeout: float = 300) -> SimRun:
+        returncode = self.popen.wait(timeout)
+        proc = subprocess.CompletedProcess(
+            self.popen.args, returncode, self.stdout.read_text(), self.stderr.read_text()
+        )
+        return SimRun(proc, self.record_path)
+
+
+@dataclass
 class SimGpu:
     """Runs scenarios with one venv's TensorFlow on simulated GPUs."""
 
@@ -87,6 +110,7 @@ class SimGpu:
     plugin: Path
     workdir: Path
     shim: bool
+    namespace: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:16]}")
 
     def __post_init__(self) -> None:
         self._ids = itertools.count()
@@ -98,6 +122,7 @@ class SimGpu:
             "SIMGPU_COUNT": str(count),
             "SIMGPU_MEMORY_MB": memory_mb,
             "SIMGPU_RECORD": str(record),
+            "SIMGPU_NAMESPACE": self.namespace,
         }
         if self.shim:
             full["PYTHONPATH"] = str(SHIM_DIR)
@@ -128,3 +153,35 @@ class SimGpu:
         full = self._env(env, count, memory_mb)
         proc = run_module(["tfboot", *args], full, python=self.python, cwd=self.workdir)
         return SimRun(proc, Path(full["SIMGPU_RECORD"]))
+
+    def start(
+        self,
+        code: str,
+        env: Mapping[str, str] | None = None,
+        *,
+        args: tuple[str, ...] = (),
+        count: int = 1,
+        memory_mb: str = DEFAULT_MEMORY_MB,
+    ) -> SimJob:
+        """Start ``code`` (with ``args``) in a fresh interpreter without waiting for it."""
+        full = self._env(env, count, memory_mb)
+        record = Path(full["SIMGPU_RECORD"])
+        out, err = record.with_suffix(".out"), record.with_suffix(".err")
+        with out.open("w") as stdout, err.open("w") as stderr:
+            popen = subprocess.Popen(
+                [str(self.python), "-c", code, *args],
+                env=scenario_env(full),
+                cwd=self.workdir,
+                stdout=stdout,
+                stderr=stderr,
+                text=True,
+            )
+        return SimJob(popen, record, out, err)
+
+    def account(self, ordinal: int = 0) -> DeviceAccount:
+        """The shared accounting of device ``ordinal``, counting every process of this GPU."""
+        return read_account(self.namespace, ordinal)
+
+    def close(self) -> None:
+        """Remove this GPU's shared segments (call once its processes have exited)."""
+        remove_segments(self.namespace)

@@ -17,6 +17,23 @@
  *   SIMGPU_RECORD     optional path; the allocation record (JSON, below) is
  *                     rewritten atomically there after every device
  *                     allocation or free, and once more at unload.
+ *   SIMGPU_NAMESPACE  names the shared accounting segments (default
+ *                     "uid<uid>"): processes with the same namespace share
+ *                     each device, as processes share a CUDA GPU.
+ *
+ * Shared accounting: each device's used bytes live in a POSIX shared-memory
+ * segment, /dev/shm/simgpu-<namespace>-<ordinal>, so an allocation is refused
+ * once every process's holdings together reach the device total, and the free
+ * memory the device reports counts every process. The segment holds a table
+ * of holders (pid, process start time, bytes, peak) under a process-shared
+ * robust mutex. Whoever takes the mutex first drops holders whose process is
+ * gone (no /proc entry, a zombie, or a reused pid with another start time),
+ * so a crashed process's memory returns to the device; a holder that died
+ * while holding the mutex leaves it to the next owner (EOWNERDEAD), which
+ * recomputes the totals from the table. A process clears its own entry at
+ * unload. Device memory itself stays private to each process; only the
+ * accounting is shared. The segment stays after the last process exits (a
+ * few KiB) and is re-sized by the next process that finds it idle.
  *
  * Allocation record:
  *   {"pid": P, "devices": [{"ordinal": 0, "total_bytes": T,
@@ -28,12 +45,14 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -47,6 +66,9 @@
 #define SIM_MAX_SIZES 64
 #define SIM_DEFAULT_MB 16384
 #define SIM_HOST_ALIGN 256
+#define SIM_SHM_MAGIC 0x31555047474d4953ull /* "SIMGGPU1" */
+#define SIM_SHM_HOLDERS 64
+#define SIM_NAMESPACE_MAX 64
 
 /* ------------------------------------------------------------------------ */
 /* Device state and the allocation record                                    */
@@ -58,9 +80,40 @@ typedef struct Region {
   struct Region* next;
 } Region;
 
+/* One process attached to a shared device, and what it holds there. */
+typedef struct ShmHolder {
+  int32_t pid; /* 0: a free entry */
+  uint32_t unused;
+  uint64_t start; /* start time in clock ticks since boot: tells a reused pid apart */
+  uint64_t bytes;
+  uint64_t peak;
+} ShmHolder;
+
+/* A device's shared accounting. tests/simgpu/segment.py reads this layout:
+ * keep the two in step. */
+typedef struct ShmDevice {
+  uint64_t magic; /* written last, once the mutex is initialised */
+  uint64_t total;
+  uint64_t used;              /* sum of the holders' bytes */
+  uint64_t peak;              /* most held at once since the device was idle */
+  uint64_t reclaimed_bytes;   /* taken back from processes that died */
+  uint64_t reclaimed_holders; /* how many such processes */
+  uint64_t unused[2];
+  union {
+    pthread_mutex_t mutex;
+    char pad[64];
+  } lock;
+  ShmHolder holders[SIM_SHM_HOLDERS];
+} ShmDevice;
+
+_Static_assert(sizeof(pthread_mutex_t) <= 64, "the mutex fits its slot");
+_Static_assert(sizeof(ShmHolder) == 32, "holder layout");
+
 typedef struct SimDevice {
   int ordinal;
   uint64_t total;
+  ShmDevice* shm;     /* NULL once detached at unload */
+  ShmHolder* holder;  /* this process's entry in shm */
   uint64_t current;
   uint64_t peak;
   uint64_t first;
@@ -78,6 +131,198 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_count = 0;
 static SimDevice g_devices[SIM_MAX_DEVICES];
 static char g_record_path[4096];
+static char g_namespace[SIM_NAMESPACE_MAX + 1];
+
+/* ------------------------------------------------------------------------ */
+/* Shared accounting (see the top of this file)                              */
+/* ------------------------------------------------------------------------ */
+
+/* Start time (clock ticks since boot) of a live process, or 0 when it is gone
+ * or a zombie. Field 22 of /proc/PID/stat, counted after the ")" that closes
+ * the command name (which may itself hold spaces and parentheses). */
+static uint64_t sim_process_start(int pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = fopen(path, "r");
+  if (f == NULL) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char* p = strrchr(buf, ')');
+  if (p == NULL || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X') return 0;
+  p += 2; /* field 3, the state */
+  for (int field = 3; field < 22 && p != NULL; field++) {
+    p = strchr(p, ' ');
+    if (p != NULL) p++;
+  }
+  return p == NULL ? 0 : strtoull(p, NULL, 10);
+}
+
+/* Drop holders whose process is gone; recompute the used total from the
+ * table (so a holder that died mid-update leaves nothing inconsistent). */
+static void shm_sweep_locked(ShmDevice* s) {
+  int self = (int)getpid();
+  uint64_t used = 0;
+  for (int i = 0; i < SIM_SHM_HOLDERS; i++) {
+    ShmHolder* h = &s->holders[i];
+    if (h->pid == 0) continue;
+    if (h->pid != self && sim_process_start(h->pid) != h->start) {
+      if (h->bytes != 0) {
+        s->reclaimed_bytes += h->bytes;
+        s->reclaimed_holders++;
+      }
+      memset(h, 0, sizeof *h);
+      continue;
+    }
+    used += h->bytes;
+  }
+  s->used = used;
+}
+
+static void shm_lock(ShmDevice* s) {
+  if (pthread_mutex_lock(&s->lock.mutex) == EOWNERDEAD) {
+    pthread_mutex_consistent(&s->lock.mutex);
+  }
+  shm_sweep_locked(s);
+}
+
+static void shm_unlock(ShmDevice* s) { pthread_mutex_unlock(&s->lock.mutex); }
+
+/* Open (or create) the segment called `name`; NULL with `msg` set on error. */
+static ShmDevice* shm_map(const char* name, char* msg, size_t msglen) {
+  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+  int created = fd >= 0;
+  if (!created && errno == EEXIST) fd = shm_open(name, O_RDWR, 0);
+  if (fd < 0 || (created && ftruncate(fd, sizeof(ShmDevice)) != 0)) {
+    snprintf(msg, msglen, "simgpu: shared segment %s: %s", name, strerror(errno));
+    if (fd >= 0) close(fd);
+    return NULL;
+  }
+  /* Another process may have created it a moment ago: wait (up to 5 s) for
+   * its size and then its magic, which is written last. */
+  struct stat st;
+  for (int i = 0; i < 500 && fstat(fd, &st) == 0 && st.st_size < (off_t)sizeof(ShmDevice);
+       i++) {
+    usleep(10000);
+  }
+  ShmDevice* s = NULL;
+  if (fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof(ShmDevice)) {
+    s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (s == MAP_FAILED) s = NULL;
+  }
+  close(fd);
+  if (s != NULL && created) {
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&s->lock.mutex, &attr);
+    pthread_mutexattr_destroy(&attr);
+    __atomic_store_n(&s->magic, SIM_SHM_MAGIC, __ATOMIC_RELEASE);
+  }
+  for (int i = 0; s != NULL && i < 500; i++) {
+    if (__atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) == SIM_SHM_MAGIC) return s;
+    usleep(10000);
+  }
+  if (s != NULL) munmap(s, sizeof *s);
+  snprintf(msg, msglen,
+           "simgpu: shared segment %s is not a simulated-GPU segment of this "
+           "version; remove /dev/shm%s",
+           name, name);
+  return NULL;
+}
+
+/* Attach device `d` to its shared segment and take a holder entry. An idle
+ * device (no live holder) takes this process's size; a busy one must match. */
+static const char* shm_attach(SimDevice* d) {
+  static char msg[512];
+  char name[SIM_NAMESPACE_MAX + 32];
+  snprintf(name, sizeof name, "/simgpu-%s-%d", g_namespace, d->ordinal);
+  ShmDevice* s = shm_map(name, msg, sizeof msg);
+  if (s == NULL) return msg;
+  const char* err = NULL;
+  ShmHolder* mine = NULL;
+  shm_lock(s);
+  int busy = 0;
+  for (int i = 0; i < SIM_SHM_HOLDERS; i++) {
+    if (s->holders[i].pid != 0) busy = s->holders[i].pid;
+    else if (mine == NULL) mine = &s->holders[i];
+  }
+  if (busy == 0) {
+    s->total = d->total;
+    s->peak = 0;
+  } else if (s->total != d->total) {
+    snprintf(msg, sizeof msg,
+             "simgpu: device %d of SIMGPU_NAMESPACE=%s is in use as %llu MiB "
+             "(pid %d); SIMGPU_MEMORY_MB asks for %llu MiB",
+             d->ordinal, g_namespace, (unsigned long long)(s->total >> 20), busy,
+             (unsigned long long)(d->total >> 20));
+    err = msg;
+  }
+  if (err == NULL && mine == NULL) {
+    snprintf(msg, sizeof msg, "simgpu: device %d of SIMGPU_NAMESPACE=%s has %d processes already",
+             d->ordinal, g_namespace, SIM_SHM_HOLDERS);
+    err = msg;
+  }
+  if (err == NULL) {
+    mine->pid = (int32_t)getpid();
+    mine->start = sim_process_start(mine->pid);
+    d->shm = s;
+    d->holder = mine;
+  }
+  shm_unlock(s);
+  if (err != NULL) munmap(s, sizeof *s);
+  return err;
+}
+
+/* Count `size` more bytes against the device, if every process's holdings
+ * leave room for them. Returns 1 when counted. */
+static int shm_take(SimDevice* d, uint64_t size) {
+  ShmDevice* s = d->shm;
+  if (s == NULL) return size <= d->total - d->current; /* after unload */
+  shm_lock(s);
+  int ok = size <= s->total - s->used;
+  if (ok) {
+    d->holder->bytes += size;
+    s->used += size;
+    if (d->holder->bytes > d->holder->peak) d->holder->peak = d->holder->bytes;
+    if (s->used > s->peak) s->peak = s->used;
+  }
+  shm_unlock(s);
+  return ok;
+}
+
+static void shm_give(SimDevice* d, uint64_t size) {
+  ShmDevice* s = d->shm;
+  if (s == NULL) return;
+  shm_lock(s);
+  d->holder->bytes -= size;
+  s->used -= size;
+  shm_unlock(s);
+}
+
+/* At unload: hand back everything this process holds and leave the table. */
+static void shm_detach(SimDevice* d) {
+  ShmDevice* s = d->shm;
+  if (s == NULL) return;
+  shm_lock(s);
+  s->used -= d->holder->bytes;
+  memset(d->holder, 0, sizeof *d->holder);
+  shm_unlock(s);
+  d->shm = NULL;
+  d->holder = NULL;
+  munmap(s, sizeof *s);
+}
+
+/* Device memory still free, counting every process's holdings. */
+static uint64_t shm_free(SimDevice* d) {
+  ShmDevice* s = d->shm;
+  if (s == NULL) return d->total - d->current; /* after unload */
+  shm_lock(s);
+  uint64_t left = s->total - s->used;
+  shm_unlock(s);
+  return left;
+}
 
 /* Parse SIMGPU_COUNT / SIMGPU_MEMORY_MB into g_devices. Returns an error
  * message, or NULL on success. */
@@ -135,6 +380,24 @@ static const char* sim_configure(void) {
   if (rec != NULL) {
     snprintf(g_record_path, sizeof g_record_path, "%s", rec);
   }
+  const char* ns = getenv("SIMGPU_NAMESPACE");
+  if (ns == NULL || *ns == '\0') {
+    snprintf(g_namespace, sizeof g_namespace, "uid%u", (unsigned)getuid());
+  } else if (strlen(ns) > SIM_NAMESPACE_MAX ||
+             strspn(ns, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                        "0123456789._") != strlen(ns)) {
+    snprintf(msg, sizeof msg,
+             "simgpu: SIMGPU_NAMESPACE: expected at most %d letters, digits, "
+             "'.' or '_'",
+             SIM_NAMESPACE_MAX);
+    return msg;
+  } else {
+    snprintf(g_namespace, sizeof g_namespace, "%s", ns);
+  }
+  for (int i = 0; i < count; i++) {
+    const char* err = shm_attach(&g_devices[i]);
+    if (err != NULL) return err;
+  }
   return NULL;
 }
 
@@ -173,6 +436,7 @@ static void sim_write_record_locked(void) {
 __attribute__((destructor)) static void sim_write_record_at_exit(void) {
   pthread_mutex_lock(&g_lock);
   sim_write_record_locked();
+  for (int i = 0; i < g_count; i++) shm_detach(&g_devices[i]);
   pthread_mutex_unlock(&g_lock);
 }
 
@@ -231,7 +495,7 @@ static void sim_allocate(const SP_Device* device, uint64_t size,
   mem->size = 0;
   if (size == 0) return;
   pthread_mutex_lock(&g_lock);
-  if (size > d->total - d->current) {
+  if (!shm_take(d, size)) {
     d->refused++;
     sim_write_record_locked();
     pthread_mutex_unlock(&g_lock);
@@ -242,6 +506,7 @@ static void sim_allocate(const SP_Device* device, uint64_t size,
   Region* r = ptr == MAP_FAILED ? NULL : malloc(sizeof *r);
   if (r == NULL) {
     if (ptr != MAP_FAILED) munmap(ptr, size);
+    shm_give(d, size);
     d->refused++;
     sim_write_record_locked();
     pthread_mutex_unlock(&g_lock);
@@ -274,6 +539,7 @@ static void sim_deallocate(const SP_Device* device, SP_DeviceMemoryBase* mem) {
   if (r != NULL) {
     *link = r->next;
     munmap(r->ptr, r->size);
+    shm_give(d, r->size);
     d->current -= r->size;
     d->frees++;
     free(r);
@@ -315,7 +581,7 @@ static TF_Bool sim_memory_usage(const SP_Device* device, int64_t* free_bytes,
                                 int64_t* total_bytes) {
   SimDevice* d = sim_device(device);
   pthread_mutex_lock(&g_lock);
-  *free_bytes = (int64_t)(d->total - d->current);
+  *free_bytes = (int64_t)shm_free(d);
   *total_bytes = (int64_t)d->total;
   pthread_mutex_unlock(&g_lock);
   return 1;
