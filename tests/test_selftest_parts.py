@@ -1,4 +1,5 @@
-"""``tfboot selftest``'s reading of TensorFlow's log, and the environment its rows get.
+"""The parts of ``tfboot selftest`` that need no TensorFlow: its reading of TensorFlow's log,
+the environment its rows get, and its options.
 
 The pluggable lines are copied from runs on the simulated GPU (TensorFlow 2.21 and the
 pinned nightly). No CUDA GPU is reachable here, so the CUDA line is written from the
@@ -8,6 +9,8 @@ plus ``GetShortDeviceDescription``): a stand-in, named as such.
 
 from __future__ import annotations
 
+import pytest
+from tfboot.cli import main
 from tfboot.selftest.runner import child_env
 from tfboot.selftest.tflog import parse
 
@@ -70,3 +73,23 @@ def test_child_env_keeps_the_node_and_replaces_tfboot_settings() -> None:
     for dropped in ("MEMORY_LIMIT_MB", "TFBOOT_DISABLE", "TF_FORCE_GPU_ALLOW_GROWTH",
                     "TF_GPU_ALLOCATOR"):  # fmt: skip
         assert dropped not in env
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpu", "none"], "tests nothing"),
+        (["--gpu", "1,1"], "listed more than once"),
+        (["--gpu", "x"], "expected all, none, a GPU index"),
+        (["--cap-mb", "10"], "at least 64 MiB"),
+        (["--timeout", "0"], "expected a positive integer"),
+    ],
+)
+def test_bad_options_exit_2_with_a_reason(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["selftest", *args])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
