@@ -8,13 +8,17 @@ differs only in lacking tfboot.pth (so start-up sees the same files everywhere e
      and without tfboot.
 
 Runs alternate between the two environments so drift affects both alike; medians and
-their ratio are printed. Usage: python bench/startup.py [--runs N] [--tf-runs N]
+their ratio are printed. With ``--instructions``, it instead counts the instructions of
+`python -c pass` under callgrind (exact and repeatable) in the twin, with each candidate
+``tfboot.pth`` in turn. Usage: python bench/startup.py [--runs N] [--tf-runs N]
+[--instructions]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -37,6 +41,43 @@ def twin_without_tfboot(root: Path) -> Path:
     purelib = Path(sysconfig.get_paths()["purelib"])
     (root / purelib.relative_to(prefix) / "tfboot.pth").unlink()
     return root / Path(sys.executable).relative_to(prefix)
+
+
+# What tfboot.pth may hold; the installed package and its tfboot.pth are the release's.
+PTH_CANDIDATES = {
+    "(no file)": None,
+    "unguarded": "import tfboot",
+    "exec guard": 'import sys;exec("try:import tfboot\\nexcept:0")',
+}
+
+
+def instructions(python: str, env: dict[str, str]) -> int:
+    """Instructions of `python -c pass`, counted by callgrind."""
+    run = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python, "-c", "pass"],
+        env={**env, "PYTHONHASHSEED": "0"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(re.search(r"Collected : (\d+)", run.stderr).group(1))
+
+
+def count_candidates(root: Path, twin: str, env: dict[str, str]) -> None:
+    """Each candidate tfboot.pth in the twin at ``root``, then the release's, under callgrind."""
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    pth = root / purelib.relative_to(sys.prefix) / "tfboot.pth"
+    release = (purelib / "tfboot.pth").read_text().strip()
+    rows = []
+    for label, line in [*PTH_CANDIDATES.items(), ("this release", release)]:
+        pth.unlink(missing_ok=True)  # never write through a hard link
+        if line is not None:
+            pth.write_text(line + "\n")
+        rows.append((label, line, instructions(twin, env)))
+    base = rows[0][2]
+    print(f"python {sys.version.split()[0]}; instructions of `python -c pass`")
+    for label, line, count in rows:
+        print(f"{label:<14} {count / 1e6:>8.3f} M  {count / base - 1:>+7.2%}  {line or ''}")
 
 
 def clean_env(extra: dict[str, str]) -> dict[str, str]:
@@ -73,12 +114,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=300, help="runs of python -c pass per case")
     parser.add_argument("--tf-runs", type=int, default=12, help="runs of import tensorflow")
+    parser.add_argument(
+        "--instructions", action="store_true", help="count instructions of candidate .pth files"
+    )
     args = parser.parse_args()
     ours = sys.executable
     # The twin is made beside this environment: hard links need the same file system.
     with tempfile.TemporaryDirectory(dir=Path(sys.prefix).parent) as tmp:
         twin = str(twin_without_tfboot(Path(tmp) / "twin"))
         unset, configured = clean_env({}), clean_env(SET)
+        if args.instructions:
+            count_candidates(Path(tmp) / "twin", twin, unset)
+            return
         rows = [
             side_by_side(
                 "python -c pass, no variable set",

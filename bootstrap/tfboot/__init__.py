@@ -7,10 +7,11 @@ Explicit use::
     tfboot.resolve()          # validated settings, without importing TensorFlow
     tfboot.apply()            # import TensorFlow and apply them (once per process)
 
-``tfboot.pth`` imports this package at every interpreter start, so importing it only puts
-a trampoline on ``sys.meta_path``; the first import of TensorFlow or Keras loads the
-real hooks (``tfboot._startup``). Nothing else is imported here, and the public
-attributes load lazily.
+``tfboot.pth`` imports this package at every interpreter start (if its folder exists), so
+importing it only puts the package itself on ``sys.meta_path`` as a trampoline
+(``find_spec``); the first import of TensorFlow or Keras loads the real hooks
+(``tfboot._startup``). Nothing else is imported here, and the public attributes load
+lazily.
 """
 
 import sys
@@ -25,18 +26,17 @@ _LAZY = {
     "resolve": "settings",
     "apply": "apply",
     "last_result": "apply",
+    "uninstall": "_startup",
 }
 
 
-class _Trampoline:
-    """Waits for the first import of a watched module, then hands over to the real hooks."""
+def find_spec(name: str, path: "object" = None, target: "object" = None) -> "object":
+    """The trampoline: this module, on ``sys.meta_path``, hands a watched import to the hooks."""
+    if name not in WATCHED:
+        return None
+    from ._startup import activate
 
-    def find_spec(self, name: str, path: "object" = None, target: "object" = None) -> "object":
-        if name not in WATCHED:
-            return None
-        from ._startup import activate
-
-        return activate(name)
+    return activate(name)
 
 
 def __getattr__(name: str) -> "object":
@@ -50,12 +50,6 @@ def __getattr__(name: str) -> "object":
     return value
 
 
-def uninstall() -> None:
-    """Remove tfboot's import hooks from this process (the undo of automatic start-up)."""
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Trampoline)]
-    if "tfboot._hook" in sys.modules:
-        sys.modules["tfboot._hook"].remove_hooks()
-
-
-if not any(isinstance(f, _Trampoline) for f in sys.meta_path):
-    sys.meta_path.insert(0, _Trampoline())
+# The package itself is the finder: a class would cost more at every interpreter start.
+if sys.modules[__name__] not in sys.meta_path:
+    sys.meta_path.insert(0, sys.modules[__name__])

@@ -33,11 +33,7 @@ def install() -> bool:
 
 def activate(name: str) -> "object":
     """The trampoline's call: install the hooks in its place, then let them find ``name``."""
-    import sys
-
-    from . import _Trampoline
-
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Trampoline)]
+    _remove_trampoline()
     if not install():
         return None
     from . import _hook
@@ -46,6 +42,21 @@ def activate(name: str) -> "object":
         return _hook.finder().find_spec(name)
     except Exception:  # the import then proceeds without tfboot's hook, never fails here
         return None
+
+
+def _remove_trampoline() -> None:
+    import sys
+
+    sys.meta_path[:] = [f for f in sys.meta_path if f is not sys.modules.get("tfboot")]
+
+
+def uninstall() -> None:
+    """Remove tfboot's import hooks from this process (the undo of automatic start-up)."""
+    import sys
+
+    _remove_trampoline()
+    if "tfboot._hook" in sys.modules:
+        sys.modules["tfboot._hook"].remove_hooks()
 
 
 def _validate(_module: "object") -> None:
