@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Every variable of the env contract, plus the ones that change TF's behaviour.
 # A scenario starts from the runner's environment minus all of these.
-CONTRACT_PREFIXES = ("TFBOOT_",)
+CONTRACT_PREFIXES = ("TFBOOT_", "DIST_")
 CONTRACT_VARS = frozenset(
     {
         "VISIBLE_GPU",
@@ -26,6 +26,8 @@ CONTRACT_VARS = frozenset(
         "XLA_JIT",
         "MIXED_PRECISION",
         "REQUIRE_GPU",
+        "DISTRIBUTED",
+        "TF_CONFIG",
         "TF_NUM_INTRAOP_THREADS",
         "TF_NUM_INTEROP_THREADS",
         "TF_FORCE_GPU_ALLOW_GROWTH",

@@ -1,0 +1,186 @@
+"""Real MultiWorkerMirroredStrategy clusters as local processes, configured only by tfboot.
+
+Each task is a fresh interpreter; tfboot builds its TF_CONFIG at ``import tensorflow``
+from the DIST_* variables. The Slurm case fakes the SLURM_* variables srun would set
+(a stand-in for srun: no Slurm runs here). Every process is SIGKILLed on cleanup, as
+TensorFlow swallows SIGTERM under MultiWorkerMirroredStrategy.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import last_json, run_python, scenario_env
+
+pytestmark = [pytest.mark.tf, pytest.mark.multiworker, pytest.mark.xdist_group("multiworker")]
+
+TRAIN = Path(__file__).with_name("mw_train.py")
+LIMIT_S = 150
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` consecutive free TCP ports on localhost."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("localhost", 0))
+            base = probe.getsockname()[1]
+        if base + count > 65535:
+            continue
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as sock:
+                    sock.bind(("localhost", port))
+        except OSError:
+            continue
+        return list(range(base, base + count))
+    raise AssertionError("no free consecutive ports")
+
+
+@pytest.fixture
+def start() -> Iterator:
+    processes: list[subprocess.Popen[str]] = []
+
+    def launch(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            ["timeout", "-s", "KILL", str(LIMIT_S), sys.executable, str(TRAIN), *args],
+            env=scenario_env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        processes.append(process)
+        return process
+
+    yield launch
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+def outputs(processes: list[subprocess.Popen[str]]) -> list[tuple[dict, str]]:
+    results = []
+    for process in processes:
+        out, err = process.communicate(timeout=LIMIT_S + 10)
+        assert process.returncode == 0, err[-3000:]
+        results.append((last_json(out), err))
+    return results
+
+
+def assert_trained_alike(workers: list[dict], reference: dict) -> None:
+    first = workers[0]["weights"]
+    for worker in workers:
+        assert worker["weights"] == first  # identical across workers
+        assert worker["replicas"] == len(workers)
+    assert first == pytest.approx(reference["weights"], rel=1e-5, abs=1e-6)
+    assert first != pytest.approx([0.0] * len(first))  # the steps did train
+
+
+def test_two_workers_from_k8s_variables_match_one_process(start) -> None:
+    ports = free_ports(2)
+    hosts = "worker=" + ",".join(f"localhost:{p}" for p in ports)
+    common = {"DISTRIBUTED": "k8s", "DIST_TASKS": "2", "DIST_HOSTS": hosts}
+    common["DIST_REPLICAS_PER_WORKER"] = "1"
+    workers = [start({**common, "JOB_COMPLETION_INDEX": str(i)}, "multi") for i in range(2)]
+    reference = start({}, "single")
+    results = outputs([*workers, reference])
+    assert_trained_alike([r for r, _ in results[:2]], results[2][0])
+    for index, (result, err) in enumerate(results[:2]):
+        assert result["tf_config"] == (
+            f'{{"cluster":{{"worker":["localhost:{ports[0]}","localhost:{ports[1]}"]}},'
+            f'"task":{{"type":"worker","index":{index}}}}}'
+        )
+        line = next(x for x in err.splitlines() if x.startswith("tfboot: cluster: worker"))
+        assert f"worker {index} of 2 (k8s; TF_CONFIG set" in line
+        assert f"index from JOB_COMPLETION_INDEX={index}" in line
+        assert f"peers localhost:{ports[1 - index]}" in line
+        assert "replicas per worker 1 (DIST_REPLICAS_PER_WORKER=1 (env))" in line
+    assert results[2][0]["tf_config"] is None
+
+
+def test_chief_and_two_workers_from_slurm_variables(start) -> None:
+    base = free_ports(3)[0]
+    common = {
+        "DISTRIBUTED": "auto",
+        "DIST_TASKS": "chief=1,worker=2",
+        "DIST_PORT": str(base),
+        # Stand-in for srun: the variables it sets for a 3-task step on one node.
+        "SLURM_STEP_NODELIST": "localhost",
+        "SLURM_STEP_TASKS_PER_NODE": "3",
+        "SLURM_STEP_NUM_TASKS": "3",
+        "SLURMD_NODENAME": "localhost",
+    }
+    ranks = [
+        start({**common, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)}, "multi")
+        for r in range(3)
+    ]
+    reference = start({}, "single")
+    results = outputs([*ranks, reference])
+    assert_trained_alike([r for r, _ in results[:3]], results[3][0])
+    assert [r["rank"] for r, _ in results[:3]] == [0, 1, 2]
+    chief_err = results[0][1]
+    assert "cluster: chief 0 of 3 (slurm; TF_CONFIG set; type from SLURM_PROCID=0" in chief_err
+    assert f"peers localhost:{base + 1}, localhost:{base + 2}" in chief_err
+
+
+HANG = """
+import tensorflow as tf
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+print("not reached")
+"""
+
+
+def test_missing_peers_are_named_then_the_startup_timeout_ends_the_worker() -> None:
+    own, absent = free_ports(2)
+    env = {
+        "DISTRIBUTED": "k8s",
+        "DIST_TASKS": "3",
+        "DIST_HOSTS": f"worker=localhost:{own},localhost:{absent},tfboot-absent-peer.invalid",
+        "JOB_COMPLETION_INDEX": "0",
+        "DIST_STARTUP_TIMEOUT": "5",
+    }
+    result = run_python(HANG, env, timeout=LIMIT_S)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "not reached" not in result.stdout
+    lines = [x for x in result.stderr.splitlines() if x.startswith("tfboot:")]
+    waiting = next(x for x in lines if "still waiting for 2 peer(s)" in x)
+    assert f"localhost:{absent} (refused)" in waiting
+    assert "tfboot-absent-peer.invalid:2222 (DNS:" in waiting
+    assert lines[-1].startswith("tfboot: error: cluster: after ")
+    assert f"localhost:{absent} (refused)" in lines[-1]
+    assert "DIST_STARTUP_TIMEOUT=5 reached, ending this worker (exit status 1)" in lines[-1]
+
+
+def test_replicas_mismatch_fails_the_import() -> None:
+    env = {
+        "DISTRIBUTED": "k8s",
+        "DIST_TASKS": "2",
+        "DIST_HOSTS": "worker=w-{i}.train",
+        "JOB_COMPLETION_INDEX": "1",
+        "DIST_REPLICAS_PER_WORKER": "2",
+        "VIRTUAL_SPLIT": "2",
+    }
+    result = run_python("import tensorflow", env, timeout=LIMIT_S)
+    assert result.returncode == 1
+    assert "tfboot.ConfigError: DIST_REPLICAS_PER_WORKER='2' cannot be met on this host" in (
+        result.stderr
+    )
+    assert "this worker has 1 local replica(s)" in result.stderr
+
+
+def test_off_leaves_tf_config_alone_and_loads_no_cluster_code() -> None:
+    code = (
+        "import os, sys, tensorflow\n"
+        "print(os.environ['TF_CONFIG'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('tfboot.cluster.')))\n"
+    )
+    result = run_python(code, {"TF_CONFIG": "not json", "DIST_TASKS": "bad"}, timeout=LIMIT_S)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-2:] == ["not json", "[]"]
+    assert "cluster" not in result.stderr
