@@ -38,12 +38,12 @@ def test_site_runs_tfboot_exactly_once(any_python_image: tuple[str, str]) -> Non
         # The .start entry point ran once and the .pth import line not at all.
         assert (counts["pth_import_lines"], counts["install_calls"]) == (0, 1), counts
         assert counts["hook_loaded"], counts
-        assert counts["meta_path"].count("ImportHookFinder") == 1, counts
+        assert counts["tfboot_finders"].count("tfboot._hook") == 1, counts
     else:
         # The import line ran once; the hook itself waits for TensorFlow.
         assert (counts["pth_import_lines"], counts["install_calls"]) == (1, 0), counts
         assert not counts["hook_loaded"], counts
-        assert counts["meta_path"].count("_Trampoline") == 1, counts
+        assert counts["tfboot_finders"] == ["tfboot"], counts  # the trampoline alone
 
 
 def test_site_says_the_start_file_replaced_the_pth_import_line(

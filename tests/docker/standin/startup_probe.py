@@ -31,6 +31,13 @@ def profile(frame, event, arg):
         counts["package_bodies"] += 1
 
 
+def origin(finder):
+    """The module a ``sys.meta_path`` entry (a module, class or instance) comes from."""
+    if isinstance(finder, type(sys)):
+        return finder.__name__
+    return getattr(finder if isinstance(finder, type) else type(finder), "__module__", "")
+
+
 sys.addaudithook(audit)
 sys.setprofile(profile)
 import site  # noqa: E402  (imported only now: -S kept it from running at start)
@@ -43,7 +50,7 @@ print(
             **counts,
             "version": "{}.{}".format(*sys.version_info[:2]),
             "hook_loaded": "tfboot._hook" in sys.modules,
-            "meta_path": [type(f).__name__ for f in sys.meta_path],
+            "tfboot_finders": [m for m in map(origin, sys.meta_path) if m.startswith("tfboot")],
         }
     )
 )
