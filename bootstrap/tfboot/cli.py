@@ -39,11 +39,21 @@ examples:
 """
 
 
+def _cluster(distributed: str, env: dict[str, str]) -> dict[str, Any] | None:
+    """The cluster plan without TensorFlow (the replicas check waits for the import)."""
+    if distributed == "off":
+        return None
+    from .cluster.plan import plan_cluster
+
+    return plan_cluster(distributed, env).to_dict()
+
+
 def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
     from .cpu import cpu_budget
     from .settings import CONTRACT, CONTROL, resolve
 
     settings = resolve(env)
+    cluster = _cluster(settings.distributed, env)
     rows = {}
     for variable in CONTRACT + CONTROL:
         if variable.name in settings.given:
@@ -55,6 +65,11 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
         if isinstance(value, bool):
             value = str(value).lower()
         rows[variable.name] = {"value": value, "source": source}
+    if cluster is not None:
+        from .cluster import NAMES
+
+        unset = {"value": None, "source": "default"}
+        rows.update({name: cluster["given"].get(name, unset) for name in NAMES})
     budget = cpu_budget(env)
     return {
         "settings": rows,
@@ -65,6 +80,7 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
             "auto_threads": budget.threads,
             "problem": budget.problem or None,
         },
+        "cluster": cluster,
     }
 
 
@@ -106,17 +122,22 @@ def cmd_show(args: argparse.Namespace) -> int:
     if cpu["problem"]:
         print(f"warning: {cpu['problem']}")
     print("GPU-dependent decisions need TensorFlow's device list: run `tfboot doctor`.")
+    if data["cluster"] is not None:
+        print(f"\n{data['cluster']['line']}\nTF_CONFIG: {data['cluster']['tf_config']}")
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .settings import resolve
 
+    env = _environment(args.env_file)
     try:
-        settings = resolve(_environment(args.env_file))
+        settings = resolve(env)
+        cluster = _cluster(settings.distributed, env)
     except ConfigError as exc:
         return _print_error(exc, args.json)
     given = {k: {"value": v, "source": s} for k, (v, s) in settings.given.items()}
+    given.update(cluster["given"] if cluster else {})
     if args.json:
         print(json.dumps({"ok": True, "settings": given}))
     else:

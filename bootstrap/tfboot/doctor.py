@@ -143,5 +143,8 @@ def render(report: dict[str, Any]) -> str:
         lines.append(
             f"verify {check['device']}: {'ok' if check['ok'] else 'FAILED'} - {check['detail']}"
         )
+    cluster = report.get("cluster")
+    if cluster:
+        lines += [cluster["line"], f"TF_CONFIG: {cluster['tf_config'] or 'not set by tfboot'}"]
     lines += [f"warning: {w}" for w in report.get("warnings", [])]
     return "\n".join(lines)

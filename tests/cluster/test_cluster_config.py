@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from support import last_json, run_module
 from tfboot.cluster import NAMES
 from tfboot.cluster.hostlist import expand_counts, expand_hosts
 from tfboot.cluster.plan import local_replicas, plan_cluster
@@ -310,3 +311,27 @@ class TestPlan:
     def test_keras3_warning_says_what_works(self) -> None:
         warnings = plan_cluster("k8s", K8S).warnings
         assert any("keras-team/keras#20585" in w and "TF_USE_LEGACY_KERAS=1" in w for w in warnings)
+
+
+K8S_ON = {**K8S, "DISTRIBUTED": "k8s", "DIST_STARTUP_TIMEOUT": "600"}
+
+
+class TestCommands:
+    def test_show_lists_the_cluster_and_the_tf_config_built(self) -> None:
+        result = run_module(["tfboot", "show", "--json"], K8S_ON, timeout=60)
+        data = last_json(result.stdout)
+        assert data["settings"]["DIST_TASKS"] == {"value": "2", "source": "env"}
+        assert data["settings"]["DIST_PORT"] == {"value": None, "source": "default"}
+        assert json.loads(data["cluster"]["tf_config"])["task"] == {"type": "worker", "index": 1}
+        text = run_module(["tfboot", "show"], K8S_ON, timeout=60).stdout
+        assert "cluster: worker 1 of 2 (k8s; TF_CONFIG built" in text
+        assert 'TF_CONFIG: {"cluster":{"worker":["train-0.train:2222"' in text
+
+    def test_check_fails_on_a_cluster_problem(self) -> None:
+        result = run_module(["tfboot", "check"], {**K8S_ON, "DIST_HOSTS": "worker=a,b,c"})
+        assert result.returncode == 1
+        assert "lists 3 worker host(s), DIST_TASKS counts 2" in result.stderr
+
+    def test_off_reads_no_dist_variable(self) -> None:
+        result = run_module(["tfboot", "check", "--json"], {"DIST_TASKS": "bad"}, timeout=60)
+        assert result.returncode == 0 and "DIST_TASKS" not in result.stdout

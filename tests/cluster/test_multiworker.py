@@ -96,7 +96,7 @@ def test_two_workers_from_k8s_variables_match_one_process(start) -> None:
             f'"task":{{"type":"worker","index":{index}}}}}'
         )
         line = next(x for x in err.splitlines() if x.startswith("tfboot: cluster: worker"))
-        assert f"worker {index} of 2 (k8s; TF_CONFIG set" in line
+        assert f"worker {index} of 2 (k8s; TF_CONFIG built" in line
         assert f"index from JOB_COMPLETION_INDEX={index}" in line
         assert f"peers localhost:{ports[1 - index]}" in line
         assert "replicas per worker 1 (DIST_REPLICAS_PER_WORKER=1 (env))" in line
@@ -124,7 +124,7 @@ def test_chief_and_two_workers_from_slurm_variables(start) -> None:
     assert_trained_alike([r for r, _ in results[:3]], results[3][0])
     assert [r["rank"] for r, _ in results[:3]] == [0, 1, 2]
     chief_err = results[0][1]
-    assert "cluster: chief 0 of 3 (slurm; TF_CONFIG set; type from SLURM_PROCID=0" in chief_err
+    assert "cluster: chief 0 of 3 (slurm; TF_CONFIG built; type from SLURM_PROCID=0" in chief_err
     assert f"peers localhost:{base + 1}, localhost:{base + 2}" in chief_err
 
 
@@ -184,3 +184,22 @@ def test_off_leaves_tf_config_alone_and_loads_no_cluster_code() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines()[-2:] == ["not json", "[]"]
     assert "cluster" not in result.stderr
+
+
+def test_doctor_reports_the_cluster_and_tf_config() -> None:
+    env = {
+        "DISTRIBUTED": "k8s",
+        "DIST_TASKS": "chief=1,worker=1",
+        "DIST_HOSTS": "chief=localhost:1;worker=tfboot-absent-peer.invalid:2",
+        "DIST_TASK_TYPE": "chief",
+        "DIST_TASK_INDEX": "0",
+        "DIST_REPLICAS_PER_WORKER": "1",
+    }
+    result = run_python("from tfboot.cli import main; main(['doctor', '--json'])", env)
+    cluster = last_json(result.stdout)["cluster"]
+    assert cluster["tf_config"] == (
+        '{"cluster":{"chief":["localhost:1"],"worker":["tfboot-absent-peer.invalid:2"]},'
+        '"task":{"type":"chief","index":0}}'
+    )
+    assert cluster["replicas_per_worker"] == 1 and cluster["engine"] == "k8s"
+    assert cluster["peers"] == ["tfboot-absent-peer.invalid:2"]

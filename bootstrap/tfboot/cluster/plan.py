@@ -50,7 +50,7 @@ class ClusterPlan:
         if config is None:
             return "cluster: single node (DISTRIBUTED=auto found no engine); TF_CONFIG not set"
         src = identity.sources
-        action = "TF_CONFIG set" if identity.build else "TF_CONFIG found, checked"
+        action = "TF_CONFIG built" if identity.build else "TF_CONFIG found, checked"
         own = config.address
         port = own.rpartition(":")[2] if own else "none (evaluator outside the cluster)"
         parts = [
