@@ -39,7 +39,7 @@ LATE_S = 20  # the second worker starts this much later
 TRAIN = REPO / "tests" / "cluster" / "mw_train.py"
 TRAIN_CMD = ["python3", "/opt/mw_train.py", "multi"]
 IMPORT_CMD = ["python3", "-c", "import tensorflow"]
-EXIT_UNREACHABLE = 75  # tfboot's exit status when DIST_STARTUP_TIMEOUT runs out
+EXIT_UNREACHABLE = 1  # tfboot's exit status when DIST_STARTUP_TIMEOUT runs out (faulthandler)
 
 
 class Cluster:
