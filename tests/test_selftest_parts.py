@@ -83,6 +83,7 @@ def test_child_env_keeps_the_node_and_replaces_tfboot_settings() -> None:
         (["--gpu", "x"], "expected all, none, a GPU index"),
         (["--cap-mb", "10"], "at least 64 MiB"),
         (["--timeout", "0"], "expected a positive integer"),
+        (["--only", "memory_limit,caps"], "'caps' is not a row; the rows are visible_gpu,"),
     ],
 )
 def test_bad_options_exit_2_with_a_reason(

@@ -181,9 +181,22 @@ def _cap_mb(value: str) -> int:
     return cap
 
 
+def _row_names(value: str) -> tuple[str, ...]:
+    from .selftest.rows import ROWS
+
+    known = [row.name for row in ROWS]
+    names = tuple(name.strip() for name in value.split(","))
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"{unknown[0]!r} is not a row; the rows are {', '.join(known)}"
+        )
+    return names
+
+
 def cmd_selftest(args: argparse.Namespace) -> int:
     from .selftest import render
-    from .selftest.runner import run
+    from .selftest.runner import Options, run
 
     def on_start(report: Any) -> None:
         print(render.header(report), flush=True)
@@ -191,11 +204,12 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     def on_row(result: Any) -> None:
         print(render.row_line(result), flush=True)
 
+    options = Options(args.gpu, args.cap_mb, args.timeout, args.only or Options.rows)
     if args.json:
-        report = run(args.gpu, args.cap_mb, args.timeout)
+        report = run(options)
         print(json.dumps(report.to_dict()))
     else:
-        report = run(args.gpu, args.cap_mb, args.timeout, on_start, on_row)
+        report = run(options, on_start, on_row)
         print(render.summary(report))
     return report.exit_status
 
@@ -261,6 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=180,
         metavar="SECONDS",
         help="time one row may take before it counts as failed (default 180)",
+    )
+    selftest.add_argument(
+        "--only",
+        type=_row_names,
+        metavar="ROW[,ROW]",
+        help="run only these rows, such as memory_limit,virtual_split (default: all)",
     )
     selftest.set_defaults(func=cmd_selftest)
 

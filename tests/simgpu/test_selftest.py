@@ -2,7 +2,7 @@
 
 TensorFlow 2.21 honours visibility and growth on the simulated GPU but ignores caps and
 splits there (no shim): selftest must report exactly those rows as FAIL. The pinned
-nightly with the test-only shim enforces caps and splits: every row must PASS. With no
+nightly with the test-only shim enforces caps and splits: those rows must PASS. With no
 GPU, selftest says so and exits 3. Each row is a fresh TensorFlow process, so these runs
 take a minute or so each; the devices are small (2 GiB) to keep out-of-memory retries cheap.
 """
@@ -58,18 +58,17 @@ def test_stable_passes_visibility_and_growth_and_fails_the_ignored_cap(stable_gp
     assert report["summary"] == {"pass": 4, "fail": 3, "skip": 0}
 
 
-def test_nightly_with_shim_passes_every_row(nightly_gpu: SimGpu) -> None:
-    run = nightly_gpu.tfboot("selftest", "--json", count=1, memory_mb=DEVICE_MB)
+def test_nightly_with_shim_passes_the_cap_and_split_rows(nightly_gpu: SimGpu) -> None:
+    """The rows 2.21 fails above; the others are the same code on both TensorFlows."""
+    rows = "visible_gpu,memory_limit,virtual_split,growth_under_cap"
+    run = nightly_gpu.tfboot("selftest", "--json", "--only", rows, memory_mb=DEVICE_MB)
     assert run.proc.returncode == 0, run.proc.stdout + run.stderr
     report = run.output
     assert statuses(report) == {
         "visible_gpu": "SKIP",
         "memory_limit": "PASS",
         "virtual_split": "PASS",
-        "memory_growth": "PASS",
         "growth_under_cap": "PASS",
-        "cuda_malloc_async": "PASS",
-        "require_gpu": "PASS",
     }
     assert "one GPU" in row(report, "visible_gpu")["detail"]
     (fill,) = row(report, "memory_limit")["numbers"]["fill"]
@@ -89,15 +88,8 @@ def test_text_output_and_a_gpu_index_past_the_list(stable_gpu: SimGpu) -> None:
 
 
 def test_no_gpu_exits_3_on_a_plain_cpu_environment(stable_plugin: object) -> None:
-    """No plugin at all: TensorFlow's CPU wheel as a CPU-only node has it."""
+    """No plugin at all: TensorFlow's CPU wheel, as on a CPU-only node."""
     proc = run_module(["tfboot", "selftest"], python=STABLE_PYTHON)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "no GPU: TensorFlow 2.21" in proc.stdout
     assert "lists no GPU on this node" in proc.stdout
-
-
-def test_no_gpu_json(stable_gpu: SimGpu) -> None:
-    run = stable_gpu.tfboot("selftest", "--json", count=0)
-    assert run.proc.returncode == 3, run.stderr
-    assert run.output["gpus"] == [] and run.output["rows"] == []
-    assert run.output["exit_status"] == 3

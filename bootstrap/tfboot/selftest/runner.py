@@ -94,7 +94,8 @@ def run_child(
             cmd, env=child_env(row_env), capture_output=True, text=True, timeout=timeout
         )
     except subprocess.TimeoutExpired as exc:
-        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+        stderr = exc.stderr or b""
+        stderr = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
         error = f"no result within --timeout {timeout:g} s"
         return {"error": error}, tflog.parse(stderr), time.monotonic() - start
     seconds = time.monotonic() - start
@@ -135,18 +136,27 @@ def probe(timeout: float) -> dict[str, Any]:
     return result
 
 
+@dataclass(frozen=True)
+class Options:
+    """What to check: the GPUs (None: all), the cap, the time a row may take, which rows."""
+
+    gpus: tuple[int, ...] | None = None
+    cap_mb: int = 1024
+    timeout: float = 180
+    rows: tuple[str, ...] = tuple(row.name for row in ROWS)
+
+
 def run(
-    gpus: Sequence[int] | None,
-    cap_mb: int,
-    timeout: float,
+    options: Options,
     on_start: Callable[[Report], None] | None = None,
     on_row: Callable[[RowResult], None] | None = None,
 ) -> Report:
-    """Probe, then check every row on the GPUs ``gpus`` (None: all).
+    """Probe, then check the chosen rows on the chosen GPUs.
 
     ``on_start(report)`` is called once the GPUs to test are known, ``on_row(result)`` as
     each row finishes.
     """
+    cap_mb, timeout = options.cap_mb, options.timeout
     found = probe(timeout)
     if "error" in found:
         return Report(None, [], [], cap_mb, error=f"TensorFlow could not start: {found['error']}")
@@ -154,7 +164,7 @@ def run(
     report = Report(found["tensorflow"], listed, [], cap_mb)
     if not listed:
         return report
-    tested = list(range(len(listed))) if gpus is None else list(gpus)
+    tested = list(range(len(listed))) if options.gpus is None else list(options.gpus)
     missing = [i for i in tested if i >= len(listed)]
     if missing:
         report.error = (
@@ -165,7 +175,7 @@ def run(
     report.tested = tested
     if on_start is not None:
         on_start(report)
-    for row in ROWS:
+    for row in (row for row in ROWS if row.name in options.rows):
         for gpu in tested if row.per_gpu else tested[:1]:
             result = _check(row, Context(gpu, len(listed), cap_mb), timeout)
             report.rows.append(result)
