@@ -5,13 +5,19 @@ container's CFS quota, so under ``docker run --cpus=N`` it runs more threads tha
 pays for and the kernel throttles them. tfboot's ``CPU_THREADS=auto`` (its default) sizes
 the pool from the quota instead; ``CPU_THREADS=host`` keeps TensorFlow's default.
 
+The big-node case is the one users meet: a container limited to ``--node-cpus`` (2) on a
+node with many cores, where TensorFlow's default is one thread per core of the node. It is
+emulated here by giving TensorFlow that many threads (``TF_NUM_INTRAOP_THREADS`` and
+``TF_NUM_INTEROP_THREADS`` set to 16, 32 and 64: ``--node-threads``) under the same quota,
+next to tfboot's ``auto``.
+
 For each quota, one fresh container per setting runs the same small Keras-style training
 step (a 3-layer MLP, forward and backward, in a ``tf.function``), first ``--warmup`` steps
 untimed, then ``--steps`` timed ones. Settings alternate within each round, and the table
 pools every round. Usage::
 
     python bench/cpu_quota.py                  # builds the test image if needed
-    python bench/cpu_quota.py --image my/tfboot:tag --cpus 1 0.5 --rounds 3
+    python bench/cpu_quota.py --image my/tfboot:tag --cpus 1 0.5 --rounds 3 --png cpu.png
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import json
 import statistics
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,10 +80,29 @@ print(json.dumps({'times': times, 'intra_threads': intra,
                   'throttled_periods': periods1 - periods0, 'throttled_ms': ms1 - ms0}))
 """
 
+AUTO = "tfboot auto"
 SETTINGS = {
-    "tfboot auto": {},  # CPU_THREADS=auto is the default: nothing to set
+    AUTO: {},  # CPU_THREADS=auto is the default: nothing to set
     "TF default": {"CPU_THREADS": "host"},
 }
+Settings = Mapping[str, Mapping[str, str]]
+
+
+def node_default(threads: int) -> dict[str, str]:
+    """TensorFlow's default on a node of ``threads`` cores: that many threads in each pool."""
+    count = str(threads)
+    return {"CPU_THREADS": "host", "TF_NUM_INTRAOP_THREADS": count, "TF_NUM_INTEROP_THREADS": count}
+
+
+def groups(args: argparse.Namespace) -> list[tuple[float, Settings]]:
+    """(quota, settings compared under it): the ``--cpus`` quotas, then the big node."""
+    planned: list[tuple[float, Settings]] = [(cpus, SETTINGS) for cpus in args.cpus]
+    big = {AUTO: SETTINGS[AUTO]}
+    for threads in args.node_threads:
+        big[f"TF default, {threads}-core node"] = node_default(threads)
+    if args.node_threads:
+        planned += [(cpus, big) for cpus in args.node_cpus]
+    return planned
 
 
 @dataclass
@@ -88,14 +114,24 @@ class Sample:
     throttled_periods: int = 0
     throttled_ms: float = 0.0
 
+    @property
+    def steps_per_s(self) -> float:
+        return len(self.times) / sum(self.times)
+
+    @property
+    def p99_ms(self) -> float:
+        return quantile(self.times, 99) * 1e3
+
+    @property
+    def throttled_ms_per_s(self) -> float:
+        return self.throttled_ms / sum(self.times)
+
     def row(self, cpus: float, setting: str) -> str:
-        total = sum(self.times)
-        p50, p99 = quantile(self.times, 50), quantile(self.times, 99)
         threads = ",".join(str(t) for t in sorted(self.intra_threads))
         return (
-            f"| {cpus:g} | {setting} | {threads} | {len(self.times) / total:.1f} "
-            f"| {p50 * 1e3:.1f} | {p99 * 1e3:.1f} | {self.throttled_periods} "
-            f"| {self.throttled_ms / total:.0f} |"
+            f"| {cpus:g} | {setting} | {threads} | {self.steps_per_s:.1f} "
+            f"| {quantile(self.times, 50) * 1e3:.1f} | {self.p99_ms:.1f} "
+            f"| {self.throttled_periods} | {self.throttled_ms_per_s:.0f} |"
         )
 
 
@@ -104,7 +140,7 @@ def quantile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-def run_once(image: str, cpus: float, env: dict[str, str], args: argparse.Namespace) -> dict:
+def run_once(image: str, cpus: float, env: Mapping[str, str], args: argparse.Namespace) -> dict:
     """One container: the workload under ``--cpus=cpus`` with ``env``."""
     cmd = ["docker", "run", "--rm", f"--cpus={cpus:g}", "-e", "TF_CPP_MIN_LOG_LEVEL=2"]
     for key, value in env.items():
@@ -136,15 +172,26 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--width", type=int, default=1024, help="MLP width")
     parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument(
+        "--node-cpus", type=float, nargs="+", default=[2.0], help="quotas on the big node"
+    )
+    parser.add_argument(
+        "--node-threads",
+        type=int,
+        nargs="*",
+        default=[16, 32, 64],
+        help="cores of the emulated big node (none: skip that case)",
+    )
+    parser.add_argument("--png", type=Path, help="also write a chart there (needs matplotlib)")
     args = parser.parse_args()
     image = args.image or default_image()
 
     cells: dict[tuple[float, str], Sample] = {}
-    for cpus in args.cpus:
+    for cpus, settings in groups(args):
         for round_ in range(args.rounds):
-            order = list(SETTINGS) if round_ % 2 == 0 else list(reversed(SETTINGS))
+            order = list(settings) if round_ % 2 == 0 else list(reversed(settings))
             for setting in order:
-                result = run_once(image, cpus, SETTINGS[setting], args)
+                result = run_once(image, cpus, settings[setting], args)
                 cell = cells.setdefault((cpus, setting), Sample([], set()))
                 cell.times += result["times"]
                 cell.intra_threads.add(result["intra_threads"])
@@ -163,6 +210,30 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     for (cpus, setting), sample in cells.items():
         print(sample.row(cpus, setting))
+    if args.png:
+        write_png(cells, args.png)
+
+
+def write_png(cells: dict[tuple[float, str], Sample], path: Path) -> None:
+    """Steps/s, p99 and throttling per cell, tfboot's auto in green."""
+    from charts import pyplot, save
+
+    plt = pyplot()
+    labels = [f"--cpus={cpus:g}\n{setting.replace(', ', chr(10))}" for cpus, setting in cells]
+    colors = ["#5cb85c" if setting == AUTO else "#999999" for _, setting in cells]
+    panels = (
+        ("steps/s (higher is better)", lambda s: s.steps_per_s),
+        ("p99 step time, ms (lower is better)", lambda s: s.p99_ms),
+        ("throttled ms per s (lower is better)", lambda s: s.throttled_ms_per_s),
+    )
+    figure, axes = plt.subplots(len(panels), 1, figsize=(8, 7.5), sharex=True)
+    for ax, (title, value) in zip(axes, panels):
+        ax.bar(range(len(cells)), [value(s) for s in cells.values()], color=colors)
+        ax.set_title(title, fontsize=10)
+    axes[-1].set_xticks(range(len(cells)))
+    axes[-1].set_xticklabels(labels, fontsize=8)
+    figure.suptitle("Training step under a CPU quota: tfboot auto (green) vs TensorFlow's default")
+    save(figure, path)
 
 
 if __name__ == "__main__":

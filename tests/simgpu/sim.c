@@ -301,13 +301,16 @@ static void shm_give(SimDevice* d, uint64_t size) {
   shm_unlock(s);
 }
 
-/* At unload: hand back everything this process holds and leave the table. */
+/* At unload: hand back everything this process holds and leave the table.
+ * A forked child shares its parent's entry and leaves it alone. */
 static void shm_detach(SimDevice* d) {
   ShmDevice* s = d->shm;
   if (s == NULL) return;
   shm_lock(s);
-  s->used -= d->holder->bytes;
-  memset(d->holder, 0, sizeof *d->holder);
+  if (d->holder->pid == (int32_t)getpid()) {
+    s->used -= d->holder->bytes;
+    memset(d->holder, 0, sizeof *d->holder);
+  }
   shm_unlock(s);
   d->shm = NULL;
   d->holder = NULL;
