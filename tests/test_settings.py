@@ -201,4 +201,4 @@ class TestEnvFile:
     def test_not_utf8(self, tmp_path: Path) -> None:
         path = tmp_path / "latin1.env"
         path.write_bytes(b"MEMORY_LIMIT_MB=1\xff\n")
-        assert "cannot be read" in problem_text({"TFBOOT_ENV_FILE": str(path)})
+        assert "line 1 is not UTF-8 text" in problem_text({"TFBOOT_ENV_FILE": str(path)})

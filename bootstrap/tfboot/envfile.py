@@ -99,6 +99,11 @@ def _listed(items: list[str], shown: int = 10) -> str:
     return ", ".join(items[:shown]) + more
 
 
+def _lines(numbers: list[str]) -> str:
+    """The subject of a sentence about lines: ``line 3 is``, ``lines 3, 4 are``."""
+    return f"line {numbers[0]} is" if len(numbers) == 1 else f"lines {_listed(numbers)} are"
+
+
 def read_env_file(path: str, allowed: frozenset[str]) -> dict[str, str]:
     """Return the variables set in ``path``; every key must be in ``allowed``."""
     from dotenv import dotenv_values
@@ -122,8 +127,8 @@ def read_env_file(path: str, allowed: frozenset[str]) -> dict[str, str]:
     problems = [
         Problem(VARIABLE, path, accepted)
         for found, accepted in (
-            (bad, f"line(s) {_listed(bad)} are not KEY=VALUE"),
-            (odd, f"line(s) {_listed(odd)} set a key that is not a variable name"),
+            (bad, f"{_lines(bad)} not KEY=VALUE"),
+            (odd, f"{_lines(odd)} setting a key that is not a variable name"),
             (
                 unknown,
                 f"unknown variable(s) {_listed(unknown)}; a tfboot .env file may set only "

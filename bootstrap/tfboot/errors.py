@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SHOWN_CHARS = 64  # a longer value is shortened in messages, its length given
+SHOWN_CHARS = 256  # a longer value is shortened in messages, its length given
 
 
 def _shown(value: str) -> str:
     if len(value) <= SHOWN_CHARS:
         return repr(value)
-    return f"{value[: SHOWN_CHARS // 2]!r}... ({len(value)} characters)"
+    return f"{value[:64]!r}... ({len(value)} characters)"
 
 
 @dataclass(frozen=True)

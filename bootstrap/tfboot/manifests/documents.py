@@ -16,6 +16,8 @@ _SUFFIX = {"": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Deci
            "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
            "P": Decimal("1e15"), "E": Decimal("1e18")}  # fmt: skip
 _SUFFIX.update({f"{p}i": Decimal(1024**n) for n, p in enumerate("KMGTPE", start=1)})
+# Rendered manifests are far smaller; the bound keeps /dev/zero or a runaway pipe finite.
+MAX_BYTES = 32 * 1024 * 1024
 
 
 class InputError(Exception):
@@ -54,13 +56,16 @@ def _json_documents(text: str) -> list[Any] | None:
 
 def parse_documents(text: str) -> list[Any]:
     """Every document in ``text`` (JSON or multi-document YAML), ``List`` items expanded."""
-    docs = _json_documents(text) if text.lstrip()[:1] in ("{", "[") else None
-    if docs is None:
-        yaml = _yaml_module()
-        try:
-            docs = list(yaml.safe_load_all(text))
-        except yaml.YAMLError as exc:
-            raise DocumentError(" ".join(str(exc).split())) from None
+    try:
+        docs = _json_documents(text) if text.lstrip()[:1] in ("{", "[") else None
+        if docs is None:
+            yaml = _yaml_module()
+            try:
+                docs = list(yaml.safe_load_all(text))
+            except yaml.YAMLError as exc:
+                raise DocumentError(" ".join(str(exc).split())) from None
+    except RecursionError:
+        raise DocumentError("nested too deeply to be a Kubernetes manifest") from None
     expanded: list[Any] = []
     for doc in docs:
         if isinstance(doc, list):
@@ -74,13 +79,23 @@ def parse_documents(text: str) -> list[Any]:
 
 def read_source(path: str) -> tuple[str, str]:
     """``(display name, text)`` of a file, or of stdin for ``-``."""
-    if path == "-":
-        return "<stdin>", sys.stdin.read()
+    name = "<stdin>" if path == "-" else path
     try:
-        with open(path, encoding="utf-8") as fh:
-            return path, fh.read()
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_BYTES + 1)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_BYTES + 1)
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise InputError(f"cannot read {name}: {reason}") from None
+    if len(data) > MAX_BYTES:
+        raise InputError(f"cannot read {name}: larger than {MAX_BYTES // 2**20} MiB")
+    try:
+        return name, data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"cannot read {name}: line {line} is not UTF-8 text") from None
 
 
 def quantity(value: Any) -> Decimal | None:

@@ -1,0 +1,162 @@
+"""Bad input to every CLI command: one error line naming the input, a non-zero exit, no traceback.
+
+``show``, ``check`` and ``manifests`` run in-process through ``cli.main`` (an escaping
+exception fails the test the way a traceback would fail a user); stdin and ``doctor``
+run as real processes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from support import run_module, scenario_env
+from tfboot.cli import main
+from tfboot.envfile import MAX_BYTES
+from tfboot.manifests.documents import MAX_BYTES as MANIFEST_MAX_BYTES
+
+SECRET = "root:$6$Zq1secrethash$Vb4:19000:0:99999:7:::"
+
+
+def write(data: bytes) -> Callable[[Path], str]:
+    def make(tmp: Path) -> str:
+        (tmp / "input").write_bytes(data)
+        return str(tmp / "input")
+
+    return make
+
+
+def fifo(tmp: Path) -> str:
+    os.mkfifo(tmp / "fifo")
+    return str(tmp / "fifo")
+
+
+def unix_socket(tmp: Path) -> str:
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp / "sock"))  # left bound: the file stays a socket for the test
+    return str(tmp / "sock")
+
+
+def symlink_loop(tmp: Path) -> str:
+    (tmp / "a").symlink_to(tmp / "b")
+    (tmp / "b").symlink_to(tmp / "a")
+    return str(tmp / "a")
+
+
+def huge(limit: int) -> Callable[[Path], str]:
+    def make(tmp: Path) -> str:
+        with open(tmp / "huge", "wb") as fh:
+            fh.truncate(limit + 1)  # sparse: no disk used
+        return str(tmp / "huge")
+
+    return make
+
+
+DEEP_YAML = "".join("  " * i + "a:\n" for i in range(3000)).encode()
+BAD_ENV_FILES: dict[str, Callable[[Path], str]] = {
+    "non-utf8": write(b"MEMORY_LIMIT_MB=1\n\xff\xfe\n"),
+    "binary": write(bytes(range(256)) * 4),
+    "huge": huge(MAX_BYTES),
+    "directory": str,
+    "device": lambda _tmp: "/dev/zero",
+    "fifo": fifo,
+    "socket": unix_socket,
+    "symlink loop": symlink_loop,
+    "missing": lambda tmp: str(tmp / "missing.env"),
+    "secrets": write(((SECRET + "\n") * 3 + "PASSWORD=hunter2\n").encode()),
+    "deep yaml": write(DEEP_YAML),
+}
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name not in scenario_env():
+            monkeypatch.delenv(name)
+
+
+@pytest.mark.usefixtures("clean_env")
+@pytest.mark.parametrize("command", ["show", "check"])
+@pytest.mark.parametrize("case", sorted(BAD_ENV_FILES))
+def test_bad_env_file(
+    command: str, case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = BAD_ENV_FILES[case](tmp_path)
+    assert main([command, "--env-file", path]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("tfboot: error: ")
+    # One line per problem (two here for "secrets"), each naming the file.
+    lines = err.splitlines()[1:] or err.splitlines()
+    assert all(f"TFBOOT_ENV_FILE={path!r} is invalid: " in line for line in lines)
+    for leaked in ("$6$", "hunter2", "secrethash"):
+        assert leaked not in err
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_secret_file_errors_name_lines_and_plausible_keys_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(f"{SECRET}\nPASSWORD=hunter2\n".encode())(tmp_path)
+    main(["check", "--env-file", path])
+    err = capsys.readouterr().err
+    assert "line 1 is setting a key that is not a variable name" in err
+    assert "unknown variable(s) PASSWORD" in err
+    assert "hunter2" not in err and "$6$" not in err
+
+
+def test_empty_env_file_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--env-file", write(b"")(tmp_path)]) == 0
+
+
+BAD_MANIFESTS: dict[str, tuple[Callable[[Path], str], int, str]] = {
+    "non-utf8": (write(b"kind: Pod\n\xff\n"), 2, "line 2 is not UTF-8 text"),
+    "binary": (write(bytes(range(256)) * 4), 2, "is not UTF-8 text"),
+    "empty": (write(b""), 1, "no-workloads"),
+    "huge": (huge(MANIFEST_MAX_BYTES), 2, "larger than 32 MiB"),
+    "deep yaml": (write(DEEP_YAML), 1, "nested too deeply"),
+    "deep json": (write(b"[" * 100000 + b"]" * 100000), 1, "nested too deeply"),
+    "scalar": (write(b'"just a string"\n'), 1, "no-workloads"),
+    "list of numbers": (write(b"[1, 2, 3]\n"), 1, "no-workloads"),
+    "directory": (str, 2, "Is a directory"),
+    "device": (lambda _tmp: "/dev/zero", 2, "larger than 32 MiB"),
+    "symlink loop": (symlink_loop, 2, "Too many levels of symbolic links"),
+    "missing": (lambda tmp: str(tmp / "missing.yaml"), 2, "No such file or directory"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_MANIFESTS))
+def test_bad_manifest_input(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make, status, words = BAD_MANIFESTS[case]
+    path = make(tmp_path)
+    assert main(["manifests", path]) == status
+    out, err = capsys.readouterr()
+    text = out + err
+    assert words in text and path in text
+
+
+def test_manifests_on_non_utf8_stdin() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "tfboot", "manifests", "-"],
+        env=scenario_env(),
+        input=b"\xff\xfe",
+        capture_output=True,
+        timeout=120,
+    )
+    assert run.returncode == 2
+    assert run.stderr == b"tfboot manifests: cannot read <stdin>: line 1 is not UTF-8 text\n"
+
+
+@pytest.mark.tf
+def test_doctor_with_a_binary_env_file(tmp_path: Path) -> None:
+    path = write(bytes(range(256)))(tmp_path)
+    run = run_module(["tfboot", "doctor"], {"TFBOOT_ENV_FILE": path}, timeout=300)
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr + run.stdout
+    (line,) = [x for x in run.stdout.splitlines() if "ERROR" in x]
+    assert f"TFBOOT_ENV_FILE={path!r} is invalid: line 2 is not UTF-8 text" in line
