@@ -119,7 +119,8 @@ def test_training_across_pods_with_a_late_worker(cluster: Cluster) -> None:
     time.sleep(LATE_S)
     first.reload()
     assert first.status == "running", finish(first)
-    outcomes = [finish(first, 300), finish(cluster.start(1, TRAIN_CMD), 300)]
+    second = cluster.start(1, TRAIN_CMD)
+    outcomes = [finish(first, 300), finish(second, 300)]
     results = [outcome.ok().json() for outcome in outcomes]
     assert [r["rank"] for r in results] == [0, 1]
     assert all(r["replicas"] == WORKERS for r in results), results
