@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from simgpu.build import build_plugin
 from simgpu.jobs import Together, run_together
-from simgpu.scenarios import MIB, NIGHTLY_PYTHON, STABLE_PYTHON, SimGpu, venv_problem
+from simgpu.scenarios import MIB, NIGHTLY_PYTHON, STABLE_PYTHON, SimGpu, venvs_problem
+from tables import print_table
 
 HEADER = (
     "setting",
@@ -117,16 +118,13 @@ def run_case(case: Case, workdir: Path, args: argparse.Namespace) -> Outcome:
     return Outcome(case, together)
 
 
-def print_table(outcomes: list[Outcome], args: argparse.Namespace) -> None:
-    rows = [outcome.row() for outcome in outcomes]
-    widths = [max(len(row[i]) for row in [HEADER, *rows]) for i in range(len(HEADER))]
+def print_results(outcomes: list[Outcome], args: argparse.Namespace) -> None:
     print(
         f"{args.jobs} jobs, each needing {args.need_mb} MiB (in {args.step_mb} MiB tensors), "
         f"at once on one {args.device_mb} MiB simulated GPU (simulated-device figures; "
         "cap cases on the pinned nightly with the test-only shim)\n"
     )
-    for row in [HEADER, tuple("-" * w for w in widths), *rows]:
-        print("| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |")
+    print_table(HEADER, [outcome.row() for outcome in outcomes])
 
 
 def write_png(outcomes: list[Outcome], args: argparse.Namespace) -> None:
@@ -166,17 +164,16 @@ def main() -> int:
     parser.add_argument("--step-mb", type=int, default=256, help="size of each tensor")
     parser.add_argument("--png", type=Path, help="also write a chart there (needs matplotlib)")
     args = parser.parse_args()
-    for python in (STABLE_PYTHON, NIGHTLY_PYTHON):
-        problem = venv_problem(python)
-        if problem is not None:
-            print(f"shared_gpu: {problem}", file=sys.stderr)
-            return 1
+    problem = venvs_problem(STABLE_PYTHON, NIGHTLY_PYTHON)
+    if problem is not None:
+        print(f"shared_gpu: {problem}", file=sys.stderr)
+        return 1
     with tempfile.TemporaryDirectory() as workdir:
         outcomes = []
         for case in cases(args.jobs, args.device_mb):
             outcomes.append(run_case(case, Path(workdir), args))
             print(f"  {case.label}: done", file=sys.stderr)
-    print_table(outcomes, args)
+    print_results(outcomes, args)
     if args.png:
         write_png(outcomes, args)
     return 0

@@ -20,7 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from simgpu.build import build_plugin
-from simgpu.scenarios import MIB, NIGHTLY_PYTHON, STABLE_PYTHON, SimGpu, venv_problem
+from simgpu.scenarios import MIB, NIGHTLY_PYTHON, STABLE_PYTHON, SimGpu, venvs_problem
+from tables import print_table
 
 DEVICE_MB = 16384
 WORKLOAD = """
@@ -58,19 +59,16 @@ def measure(gpu: SimGpu, env: dict[str, str]) -> tuple[str, ...]:
 
 
 def main() -> int:
-    for python in (STABLE_PYTHON, NIGHTLY_PYTHON):
-        problem = venv_problem(python)
-        if problem is not None:
-            print(f"simgpu_memory: {problem}", file=sys.stderr)
-            return 1
+    problem = venvs_problem(STABLE_PYTHON, NIGHTLY_PYTHON)
+    if problem is not None:
+        print(f"simgpu_memory: {problem}", file=sys.stderr)
+        return 1
     with tempfile.TemporaryDirectory() as workdir:
         stable = SimGpu(STABLE_PYTHON, build_plugin(STABLE_PYTHON), Path(workdir), shim=False)
         nightly = SimGpu(NIGHTLY_PYTHON, build_plugin(NIGHTLY_PYTHON), Path(workdir), shim=True)
         rows = [(name, *measure(nightly if cap else stable, env)) for name, env, cap in ROWS]
-    widths = [max(len(row[i]) for row in [HEADER, *rows]) for i in range(len(HEADER))]
     print(f"simulated GPU: {DEVICE_MB} MiB; workload: tensors of 64 + 16 + 1 MiB on GPU:0\n")
-    for row in [HEADER, tuple("-" * w for w in widths), *rows]:
-        print("| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |")
+    print_table(HEADER, rows)
     return 0
 
 

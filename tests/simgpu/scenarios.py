@@ -49,6 +49,11 @@ def venv_problem(python: Path) -> str | None:
     return None
 
 
+def venvs_problem(*pythons: Path) -> str | None:
+    """The first reason one of ``pythons`` cannot run scenarios, or None."""
+    return next((problem for problem in map(venv_problem, pythons) if problem), None)
+
+
 @dataclass
 class SimRun:
     """One finished scenario: the process, and the plugin's allocation record."""
