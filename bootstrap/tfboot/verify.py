@@ -1,4 +1,4 @@
-"""Prove a GPU memory cap by filling each capped logical GPU (``tfboot doctor --verify``).
+"""Prove a GPU memory cap by filling each capped logical GPU (``doctor --verify``, ``selftest``).
 
 For each logical GPU with a cap, allocate tensors on it in a few large blocks
 until (almost) the whole cap is held, then ask for one more block that cannot
