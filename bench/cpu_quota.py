@@ -227,7 +227,7 @@ def write_png(cells: dict[tuple[float, str], Sample], path: Path) -> None:
         ("throttled ms per s (lower is better)", lambda s: s.throttled_ms_per_s),
     )
     figure, axes = plt.subplots(len(panels), 1, figsize=(8, 7.5), sharex=True)
-    for ax, (title, value) in zip(axes, panels):
+    for ax, (title, value) in zip(axes, panels, strict=False):
         ax.bar(range(len(cells)), [value(s) for s in cells.values()], color=colors)
         ax.set_title(title, fontsize=10)
     axes[-1].set_xticks(range(len(cells)))

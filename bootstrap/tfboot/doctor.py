@@ -27,7 +27,7 @@ def _logical_caps(
     for index in visible:
         sizes = plan.gpu_logical_mb.get(index) if plan is not None else None
         caps.extend(sizes or [None])
-    return dict(zip(logical_gpus, caps + [None] * (len(logical_gpus) - len(caps))))
+    return dict(zip(logical_gpus, caps + [None] * (len(logical_gpus) - len(caps)), strict=False))
 
 
 def _threads(tf: Any, getter: str, variable: str, schedulable: int) -> dict[str, Any]:

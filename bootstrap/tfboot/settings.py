@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from .cluster import MODES, NAMES
 from .deviceplugin import read_plugin_limit
@@ -34,8 +34,8 @@ ENV_FILE = "TFBOOT_ENV_FILE"
 ON_ERROR = "TFBOOT_ON_ERROR"
 LOG = "TFBOOT_LOG"
 
-CpuThreads = Union[str, int]  # "auto", "host" or a positive count
-Split = Union[int, tuple[int, ...]]  # N logical devices, or their MiB sizes
+CpuThreads = str | int  # "auto", "host" or a positive count
+Split = int | tuple[int, ...]  # N logical devices, or their MiB sizes
 
 
 def _word(value: str) -> str:

@@ -42,7 +42,7 @@ def main(mode: str) -> None:
         grads = tape.gradient(loss, [w, b])
         if strategy is not None:
             grads = tf.distribute.get_replica_context().all_reduce("sum", grads)
-        for var, grad in zip((w, b), grads):
+        for var, grad in zip((w, b), grads, strict=False):
             var.assign_sub(LEARNING_RATE * grad)
 
     x, y = global_batches()

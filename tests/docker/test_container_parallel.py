@@ -19,7 +19,7 @@ def test_twenty_containers_each_report_their_own_split(tfboot_image: str) -> Non
 
     splits = range(1, CONTAINERS + 1)
     with ThreadPoolExecutor(max_workers=CONTAINERS) as pool:
-        outcomes = dict(zip(splits, pool.map(one, splits)))
+        outcomes = dict(zip(splits, pool.map(one, splits), strict=False))
 
     counts = {
         split: len(outcome.json()["logical_devices"]["CPU"]) if outcome.exit_code == 0 else None

@@ -230,7 +230,7 @@ def _slurm(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
     order = [kind for kind in TASK_TYPES if kind in counts]
     roles = [(kind, i) for kind in order for i in range(counts[kind])]
     addresses: dict[str, list[str]] = {kind: [] for kind in order}
-    for (kind, _), (host, local) in zip(roles, layout):
+    for (kind, _), (host, local) in zip(roles, layout, strict=False):
         addresses[kind].append(f"{host}:{base + local}")
     kind, index = roles[rank]
     _check_given(cluster, kind, index)

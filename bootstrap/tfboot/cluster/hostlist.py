@@ -82,4 +82,5 @@ def expand_counts(text: str, variable: str = "SLURM_STEP_TASKS_PER_NODE") -> lis
 
 def block_layout(hosts: list[str], counts: list[int]) -> list[tuple[str, int]]:
     """(host, local rank) for each global rank under block distribution."""
-    return [(host, local) for host, count in zip(hosts, counts) for local in range(count)]
+    pairs = zip(hosts, counts, strict=False)
+    return [(host, local) for host, count in pairs for local in range(count)]

@@ -7,9 +7,9 @@ raised together as one ``ConfigError``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import ConfigError, Problem
 from ..settings import layer

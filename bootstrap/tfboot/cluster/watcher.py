@@ -7,6 +7,14 @@ TCP-connects each peer (not the task itself), logs at most every ``INTERVAL_S`` 
 peers do not answer and why (DNS, refused, timed out) on the worker's stderr, and exits
 once all have answered or the worker is gone.
 
+DNS may block for many seconds (a resolver that never answers: glibc's default is 5 s per
+try, twice), and ``getaddrinfo`` takes no timeout. Each peer is therefore probed in a
+short-lived daemon thread of its own, at most one at a time per peer, while the main loop
+keeps the clock: the first wait line comes within ``FIRST_LINE_S``, a resolution still
+running after ``RESOLVE_S`` is reported as "DNS: no answer yet", and the startup timeout is
+checked on time, whatever DNS does. The clock starts when the worker starts the child
+(``CLOCK_MONOTONIC`` is shared by all processes), not when the child gets going.
+
 With ``DIST_STARTUP_TIMEOUT=S`` the child prints one line naming the peers still missing
 after S seconds, and the worker ends with exit status 1 through ``faulthandler``'s
 watchdog (a C thread that needs no interpreter lock and also works when the worker is
@@ -26,10 +34,13 @@ import threading
 import time
 
 INTERVAL_S = 30.0  # at most one wait line per interval
-PROBE_S = 1.0  # pause between rounds of probes
+FIRST_LINE_S = 2.0  # the first wait line comes this long after start at the latest
+RESOLVE_S = 2.0  # a resolution running longer is reported as "DNS: no answer yet"
+PROBE_S = 1.0  # pause between the end of one peer's probe and the next
 CONNECT_TIMEOUT_S = 2.0
 EXIT_MARGIN_S = 1.0  # the worker ends this long after the child's last line
 ANSWERED, TIMED_OUT = 0, 3  # the child's exit statuses
+NO_ANSWER = "no answer yet"
 _keep: list[object] = []  # faulthandler's file, open as long as the watchdog may fire
 
 
@@ -37,13 +48,8 @@ def _emit(kind: str, text: str) -> None:
     print(f"tfboot:{'' if kind == 'info' else f' {kind}:'} {text}", file=sys.stderr, flush=True)
 
 
-def probe(address: str) -> str | None:
-    """None when ``address`` accepts a TCP connection, else why not, in a few words."""
-    host, _, port = address.rpartition(":")
-    try:
-        infos = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        return f"DNS: {getattr(exc, 'strerror', None) or exc}"
+def connect(infos: list[tuple]) -> str | None:  # type: ignore[type-arg]
+    """None when one of ``getaddrinfo``'s ``infos`` accepts a TCP connection, else why not."""
     last = "no address"
     for family, kind, proto, _, target in infos:
         try:
@@ -60,35 +66,85 @@ def probe(address: str) -> str | None:
     return last
 
 
+class PeerProbe:
+    """One peer, probed again and again (resolve, then connect) in a daemon thread."""
+
+    def __init__(self, address: str, wake: threading.Event) -> None:
+        self.address, self._wake = address, wake
+        self.why: str | None = NO_ANSWER  # the last finished probe's answer; None: accepted
+        self.tried = False  # a probe has finished
+        self.stage = ""  # "resolving" or "connecting" while a probe runs
+        self.since = float("-inf")  # when the running probe started, or the last one ended
+
+    def start(self, now: float) -> None:
+        self.since, self.stage = now, "resolving"
+        threading.Thread(target=self._run, name=f"probe {self.address}", daemon=True).start()
+
+    @property
+    def answered(self) -> bool:
+        return not self.stage and self.why is None
+
+    def due(self, now: float) -> bool:
+        """No probe runs, the last one failed, and it ended ``PROBE_S`` ago."""
+        return not self.stage and self.why is not None and now - self.since >= PROBE_S
+
+    def reason(self, now: float) -> str:
+        if self.stage == "resolving" and now - self.since >= RESOLVE_S:
+            return f"DNS: {NO_ANSWER}"
+        return self.why or NO_ANSWER
+
+    def _run(self) -> None:
+        why = self._probe()
+        self.why, self.tried, self.since = why, True, time.monotonic()
+        self.stage = ""  # last: the main loop reads the fields above once this is empty
+        self._wake.set()
+
+    def _probe(self) -> str | None:
+        host, _, port = self.address.rpartition(":")
+        try:
+            infos = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as exc:
+            return f"DNS: {getattr(exc, 'strerror', None) or exc}"
+        self.stage = "connecting"
+        return connect(infos)
+
+
 def wait_line(pending: dict[str, str], elapsed: float) -> str:
     listed = ", ".join(f"{peer} ({why})" for peer, why in pending.items())
     return f"cluster: after {elapsed:.0f} s still waiting for {len(pending)} peer(s): {listed}"
 
 
-def run(parent: int, peers: list[str], timeout: float | None, quiet: bool) -> int:
-    """The child's loop; returns ANSWERED (also when the worker is gone) or TIMED_OUT."""
-    started, last_line = time.monotonic(), None
-    pending = dict.fromkeys(peers, "not tried")
-    while pending and os.getppid() == parent:
-        for peer in list(pending):
-            why = probe(peer)
-            if why is None:
-                del pending[peer]
-            else:
-                pending[peer] = why
-        elapsed = time.monotonic() - started
-        if not pending:
-            if last_line is not None and not quiet:
-                _emit("info", f"cluster: all {len(peers)} peer(s) answered after {elapsed:.0f} s")
-            break
-        if timeout is not None and elapsed >= timeout:
-            _emit("error", wait_line(pending, elapsed) + f"; DIST_STARTUP_TIMEOUT={timeout:g} "
+def run(parent: int, started: float, peers: list[str], timeout: float | None, quiet: bool) -> int:
+    """The child's loop; returns ANSWERED (also when the worker is gone) or TIMED_OUT.
+
+    ``started`` is the worker's ``time.monotonic()`` when it started the child.
+    """
+    wake = threading.Event()
+    probes = [PeerProbe(peer, wake) for peer in peers]
+    deadline = float("inf") if timeout is None else started + timeout
+    next_line = float("inf") if quiet else started + FIRST_LINE_S  # the next wait line's time
+    printed = False
+    while os.getppid() == parent:
+        wake.clear()  # before looking: a probe ending from here on ends the wait below at once
+        now = time.monotonic()
+        probes = [p for p in probes if not p.answered]
+        if not probes:
+            if printed:
+                _emit("info", f"cluster: all {len(peers)} peer(s) answered after "
+                      f"{now - started:.0f} s")  # fmt: skip
+            return ANSWERED
+        for p in probes:
+            if p.due(now):
+                p.start(now)
+        pending = {p.address: p.reason(now) for p in probes}
+        if now >= deadline:
+            _emit("error", wait_line(pending, now - started) + f"; DIST_STARTUP_TIMEOUT={timeout:g} "
                   "reached, ending this worker (exit status 1)")  # fmt: skip
             return TIMED_OUT
-        if not quiet and (last_line is None or elapsed - last_line >= INTERVAL_S):
-            _emit("info", wait_line(pending, elapsed))
-            last_line = elapsed
-        time.sleep(PROBE_S)
+        if now >= next_line or (not printed and not quiet and all(p.tried for p in probes)):
+            _emit("info", wait_line(pending, now - started))
+            printed, next_line = True, now + INTERVAL_S
+        wake.wait(max(0.0, min(PROBE_S, deadline - now, next_line - now)))
     return ANSWERED
 
 
@@ -99,7 +155,8 @@ def _cancel_when_answered(child: subprocess.Popen[bytes], timeout: float | None)
 
 def watch(peers: list[str], timeout: float | None, quiet: bool) -> subprocess.Popen[bytes] | None:
     """Start the watcher child for ``peers``; with ``timeout``, arm the exit. Never blocks."""
-    args = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid())]
+    started = time.monotonic()
+    args = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()), repr(started)]
     args += [str(timeout or 0), "quiet" if quiet else "info", *peers]
     try:
         child = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
@@ -118,5 +175,6 @@ def watch(peers: list[str], timeout: float | None, quiet: bool) -> subprocess.Po
 
 
 if __name__ == "__main__":
-    _parent, _timeout, _level, *_peers = sys.argv[1:]
-    sys.exit(run(int(_parent), _peers, float(_timeout) or None, _level == "quiet"))
+    _parent, _started, _timeout, _level, *_peers = sys.argv[1:]
+    _code = run(int(_parent), float(_started), _peers, float(_timeout) or None, _level == "quiet")
+    sys.exit(_code)

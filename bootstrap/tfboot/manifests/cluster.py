@@ -24,6 +24,8 @@ from .workloads import Container, containers, dig, gpu_grant
 
 K8S_DEFAULT_PORT = 2222  # DIST_PORT's default under DISTRIBUTED=k8s, as TFJob's
 JOB_DEFAULT_BACKOFF = 6  # the Job API's default backoffLimit
+# An Indexed Job may have at most 100000 completions; no count here is expanded past it.
+MAX_PODS = 100_000
 JOBSET_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 TFJOB_CONTAINER = "tensorflow"
 
@@ -48,12 +50,20 @@ def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
+def _count(value: Any, what: str) -> int:
+    """A Pod count (default 1); above Kubernetes' limit it is refused, not expanded."""
+    count = _int(value, 1)
+    if count > MAX_PODS:
+        raise ValueError(f"{what} {count} is more than Kubernetes allows ({MAX_PODS})")
+    return count
+
+
 def _job_group(doc: Mapping[str, Any]) -> Group:
     name, spec = str(dig(doc, ("metadata", "name"))), doc.get("spec") or {}
     pod = dig(spec, ("template", "spec"))
     labels = dict(dig(spec, ("template", "metadata", "labels")) or {})
     labels.update({"job-name": name, "batch.kubernetes.io/job-name": name})
-    count = _int(spec.get("completions"), 1)
+    count = _count(spec.get("completions"), "completions")
     return Group(
         f"Job/{name}",
         "",
@@ -78,6 +88,7 @@ def _jobset_groups(doc: Mapping[str, Any]) -> Iterator[Group]:
         if not isinstance(pod, dict):
             continue
         replicas, pods = _int(rjob.get("replicas"), 1), _int(spec.get("parallelism"), 1)
+        _count(max(replicas, 0) * max(pods, 0), "replicas x parallelism")
         hosts = [f"{name}-{rname}-{j}-{p}" for j in range(replicas) for p in range(pods)]
         labels = {JOBSET_LABEL: rname, "jobset.sigs.k8s.io/jobset-name": name}
         fields = {f"metadata.labels['{key}']": value for key, value in labels.items()}
@@ -175,7 +186,7 @@ def _check_hosts(container: Container, group: Group, dist: ClusterSettings, repo
         found = [a.rpartition(":")[0] for a in hosts.addresses(len(expected), 1)]
         wrong = [
             (i, a, e)
-            for i, (a, e) in enumerate(zip(found, expected))
+            for i, (a, e) in enumerate(zip(found, expected, strict=False))
             if a != e and not a.startswith(e + ".")
         ]
         if len(found) != len(expected):
