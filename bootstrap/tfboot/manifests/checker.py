@@ -12,6 +12,9 @@ from .variables import check_tfboot
 from .workloads import Container, configmaps, containers, workloads
 
 CONTAINER_CHECKS = (check_resources, check_security, check_image, check_tfboot)
+# What a field of an unexpected type raises; it is a finding, not a crash.
+SHAPE_ERRORS = (AttributeError, TypeError, KeyError, ValueError)
+FIX = "run kubernetes-validate --strict on it to see which field has the wrong shape"
 
 
 def check_text(file: str, text: str, report: Report) -> None:
@@ -21,16 +24,19 @@ def check_text(file: str, text: str, report: Report) -> None:
     except DocumentError as exc:
         report.add((file, "-", "-"), "unreadable", str(exc))
         return
-    maps = configmaps(docs)
-    objects = set()
-    for obj, group, pod in workloads(docs):
-        objects.add(obj)
-        for container in containers(file, obj, pod, maps, group):
-            report.containers += 1
-            for check in CONTAINER_CHECKS:
-                _run_check(check, container, report)
+    objects: set[str] = set()
+    try:
+        maps = configmaps(docs)
+        for obj, group, pod in workloads(docs):
+            objects.add(obj)
+            for container in containers(file, obj, pod, maps, group):
+                report.containers += 1
+                for check in CONTAINER_CHECKS:
+                    _run_check(check, container, report)
+        check_cluster(file, docs, maps, report)
+    except SHAPE_ERRORS as exc:
+        report.add((file, "-", "-"), "malformed", f"a field has the wrong shape: {_why(exc)}", FIX)
     report.objects += len(objects)
-    check_cluster(file, docs, maps, report)
 
 
 def _run_check(
@@ -39,13 +45,17 @@ def _run_check(
     """One check; a field of an unexpected type is a finding, not a crash."""
     try:
         check(container, report)
-    except (AttributeError, TypeError, KeyError) as exc:
+    except SHAPE_ERRORS as exc:
         report.add(
             container.where,
             "malformed",
-            f"{check.__name__} could not read this container: {type(exc).__name__}: {exc}",
-            "run kubernetes-validate --strict on it to see which field has the wrong shape",
+            f"{check.__name__} could not read this container: {_why(exc)}",
+            FIX,
         )
+
+
+def _why(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def check_paths(paths: Sequence[str]) -> Report:

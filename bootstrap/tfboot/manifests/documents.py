@@ -82,7 +82,8 @@ def read_source(path: str) -> tuple[str, str]:
     name = "<stdin>" if path == "-" else path
     try:
         if path == "-":
-            data = sys.stdin.buffer.read(MAX_BYTES + 1)
+            stdin = getattr(sys.stdin, "buffer", None)  # None when replaced by a text stream
+            data = stdin.read(MAX_BYTES + 1) if stdin else sys.stdin.read(MAX_BYTES + 1).encode()
         else:
             with open(path, "rb") as fh:
                 data = fh.read(MAX_BYTES + 1)

@@ -7,7 +7,7 @@ from typing import Any
 
 from .documents import quantity
 from .report import Report
-from .workloads import Container
+from .workloads import DEVICE_COUNTS, MAX_DEVICES, MIG_RESOURCE, Container
 
 
 def check_resources(container: Container, report: Report) -> None:
@@ -23,14 +23,27 @@ def check_resources(container: Container, report: Report) -> None:
                 f"set resources.{kind}.{missing[0]}" + (" and memory" if len(missing) > 1 else ""),
             )
         for name, value in values.items():
-            if quantity(value) is None:
+            amount = quantity(value)
+            if amount is None:
                 report.add(
                     container.where,
                     "quantity-invalid",
                     f"resources.{kind}.{name}: {value!r} is not a quantity",
                     "write a quantity such as 500m, 2, 4Gi",
                 )
+            elif _is_device(name) and amount > MAX_DEVICES:
+                report.add(
+                    container.where,
+                    "quantity-invalid",
+                    f"resources.{kind}.{name}: {value!r} is more than the {MAX_DEVICES} devices "
+                    "tfboot accepts per container",
+                    "ask for the devices one node has",
+                )
     _check_request_pairs(container, requests, limits, report)
+
+
+def _is_device(name: str) -> bool:
+    return name in DEVICE_COUNTS or MIG_RESOURCE.match(name) is not None
 
 
 def _check_request_pairs(

@@ -13,7 +13,7 @@ from dataclasses import replace
 from ..cpu import CpuBudget
 from ..errors import ConfigError, Problem
 from ..plan import Plan, make_plan
-from ..settings import CONTRACT, CONTROL, DISABLE, Settings, disabled, resolve
+from ..settings import CONTRACT, CONTROL, DISABLE, MAX_CPU_THREADS, Settings, disabled, resolve
 from .documents import quantity
 from .environment import container_env
 from .report import Report
@@ -85,7 +85,8 @@ def _plan(
     """tfboot's own plan for a node that gives exactly what the limits grant."""
     cpus = quantity(container.resources("limits").get("cpu"))
     quota = float(cpus) if cpus else None
-    budget = CpuBudget(max(1, math.ceil(quota or 1)), quota, "limits.cpu")
+    # The node's CPU count is unknown here; cpu-threads-over-limit compares with the limit.
+    budget = CpuBudget(MAX_CPU_THREADS, quota, "limits.cpu")
     try:
         plan = make_plan(settings, grant.count, budget, env)
     except ConfigError as exc:

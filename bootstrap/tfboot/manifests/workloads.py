@@ -26,6 +26,9 @@ POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
     "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
 }
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-\d+g\.(\d+)gb$")
+# More devices than any node has: such a count is reported (hardening) and grants nothing.
+MAX_DEVICES = 1024
+DEVICE_COUNTS = ("nvidia.com/gpu", "amd.com/gpu")
 
 
 @dataclass(frozen=True)
@@ -44,9 +47,15 @@ def _int_limit(limits: Mapping[str, Any], name: str) -> int:
     return int(amount) if amount is not None and amount == int(amount) and amount > 0 else 0
 
 
+def device_count(limits: Mapping[str, Any], name: str) -> int:
+    """A device count limit; 0 when invalid or above ``MAX_DEVICES``."""
+    count = _int_limit(limits, name)
+    return count if count <= MAX_DEVICES else 0
+
+
 def gpu_grant(limits: Mapping[str, Any]) -> GpuGrant:
     """What ``limits`` grant: HAMi, gpushare, MIG slices or whole GPUs."""
-    gpus = _int_limit(limits, "nvidia.com/gpu") + _int_limit(limits, "amd.com/gpu")
+    gpus = sum(device_count(limits, name) for name in DEVICE_COUNTS)
     hami = _int_limit(limits, "nvidia.com/gpumem")
     if hami:
         count = gpus or 1
@@ -65,8 +74,8 @@ def gpu_grant(limits: Mapping[str, Any]) -> GpuGrant:
 def _mig_resources(limits: Mapping[str, Any]) -> Iterator[tuple[int, re.Match[str]]]:
     for name in limits:
         match = MIG_RESOURCE.match(str(name))
-        if match and _int_limit(limits, name):
-            yield _int_limit(limits, name), match
+        if match and device_count(limits, name):
+            yield device_count(limits, name), match
 
 
 @dataclass

@@ -1,0 +1,212 @@
+"""Fuzzing: generated environments, .env files and manifests give ConfigError or findings only.
+
+Every test takes ``TFBOOT_FUZZ_EXAMPLES`` examples (default 200, the sample CI runs every
+time); the large runs recorded in docs/testing.md set it to 10000::
+
+    TFBOOT_FUZZ_EXAMPLES=10000 .venv/bin/python -m pytest -p no:cacheprovider tests/test_fuzz.py
+"""
+
+from __future__ import annotations
+
+import os
+import string
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tfboot import ConfigError, resolve
+from tfboot.cluster import NAMES as CLUSTER_NAMES
+from tfboot.cluster.plan import plan_cluster
+from tfboot.cpu import CpuBudget
+from tfboot.envfile import read_env_file
+from tfboot.manifests import Report, check_text
+from tfboot.plan import make_plan
+from tfboot.settings import ALL_NAMES, FILE_NAMES, MAX_CPU_THREADS, MAX_MEMORY_MB
+
+pytestmark = pytest.mark.fuzz
+
+EXAMPLES = int(os.environ.get("TFBOOT_FUZZ_EXAMPLES", "200"))
+fuzz = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+OTHER_NAMES = [
+    "CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_0", "CUDA_DEVICE_MEMORY_LIMIT_01",
+    "ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_MEM_DEV", "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_GPU_ALLOCATOR", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "TF_CONFIG",
+    "JOB_COMPLETION_INDEX", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NODELIST",
+    "SLURM_STEP_TASKS_PER_NODE", "SLURMD_NODENAME", "NO_PROXY", "HTTPS_PROXY",
+]  # fmt: skip
+NAMES = sorted((ALL_NAMES | set(CLUSTER_NAMES)) - {"TFBOOT_ENV_FILE"}) + OTHER_NAMES
+NEAR_VALID = [
+    "auto", "host", "all", "none", "off", "k8s", "slurm", "true", "FALSE", "0", "1", "2", "64",
+    "65", "1024", "1025", "1048576", "1048577", "-1", "2048,2048", "0,1", "1,1", "6144m", "6g",
+    "1T", "max", "", " ", "mixed_float16", "warn", "raise", "debug", "chief", "worker", "ps",
+    "evaluator", "w-[0-3]", "node[01-04,7]", "2(x3),1", "h:2222,h2:2222", "[::1]:2222",
+    "99999999999999999999999", "9" * 5000, "0" * 5000 + "1", "1e3", "١٢", "\u00a0", "1,,2",
+    '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}', "{", "[]",
+]  # fmt: skip
+values = st.one_of(
+    st.sampled_from(NEAR_VALID),
+    st.text(max_size=20),
+    st.integers(-(10**30), 10**30).map(str),
+    st.lists(st.integers(0, 70000).map(str), max_size=6).map(",".join),
+)
+environments = st.dictionaries(st.sampled_from(NAMES), values, max_size=10)
+budgets = st.builds(
+    CpuBudget,
+    st.integers(1, 512),
+    st.one_of(st.none(), st.floats(0.01, 10000, allow_nan=False)),
+    st.just("cpu.max"),
+)
+
+
+def assert_clean(exc: ConfigError) -> None:
+    """A ConfigError names what is wrong, and quotes no value longer than it shows."""
+    assert exc.problems
+    for problem in exc.problems:
+        assert problem.accepted
+    assert len(str(exc)) < 2000 * len(exc.problems)
+
+
+@fuzz
+@given(environments, st.integers(0, 8), budgets)
+def test_environments_through_settings_plan_and_tf_config(
+    env: dict[str, str], gpus: int, cpu: CpuBudget
+) -> None:
+    env = {k: v for k, v in env.items() if "\x00" not in v}
+    try:
+        plan = make_plan(resolved := resolve(env), gpus, cpu, env)
+        if resolved.distributed != "off":
+            cluster = plan_cluster(resolved.distributed, env, plan, gpus)
+            assert cluster.tf_config is None or cluster.tf_config.startswith("{")
+    except ConfigError as exc:
+        assert_clean(exc)
+        return
+    assert all(0 < mb <= MAX_MEMORY_MB for sizes in plan.gpu_logical_mb.values() for mb in sizes)
+    for threads in (plan.intra_op_threads, plan.inter_op_threads):
+        assert threads is None or 0 < threads <= max(MAX_CPU_THREADS, cpu.affinity)
+
+
+SECRET = "§s3cret§"  # never a plausible key, so it may appear in no message
+keys = st.one_of(
+    st.sampled_from(sorted(FILE_NAMES)),
+    st.from_regex(r"[A-Za-z_][A-Z0-9_]{0,8}", fullmatch=True),
+    st.text(max_size=8),
+)
+lines = st.one_of(
+    st.builds(lambda k, v: f"{k}={v}{SECRET}", keys, values),
+    st.builds(lambda k, v: f"export {k}='{SECRET}{v}'", keys, values),
+    st.builds(lambda k: f'{k}="{SECRET}', keys),
+    st.builds(lambda t: f"{SECRET}{t}", st.text(max_size=30)),
+    st.sampled_from(["", "# comment", "   ", "=", "==", "KEY", f"{SECRET}:$6$hash:1:::"]),
+)
+files = st.one_of(
+    st.lists(lines, max_size=12).map(lambda ls: "\n".join(ls).encode()),
+    st.binary(max_size=200).map(lambda b: SECRET.encode() + b),
+)
+
+
+@fuzz
+@given(files)
+def test_env_files_never_leak_and_raise_only_config_error(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "fuzz.env"
+    path.write_bytes(data)
+    try:
+        read_env_file(str(path), FILE_NAMES)
+    except ConfigError as exc:
+        assert_clean(exc)
+        assert "s3cret" not in str(exc)
+
+
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(10**20), 10**20), st.floats(allow_nan=True),
+    st.text(max_size=12), st.sampled_from(["1", "2", "1E", "500m", "16Gi", "8192", "1e18", "-1"]),
+)  # fmt: skip
+env_entries = st.fixed_dictionaries(
+    {"name": st.one_of(st.sampled_from(NAMES), st.text(max_size=6))},
+    optional={
+        "value": st.one_of(st.sampled_from(NEAR_VALID), scalars),
+        "valueFrom": st.one_of(scalars, st.fixed_dictionaries({"configMapKeyRef": scalars})),
+    },
+)
+resource_keys = st.sampled_from(
+    ["nvidia.com/gpu", "nvidia.com/gpumem", "aliyun.com/gpu-mem", "amd.com/gpu", "cpu", "memory",
+     "nvidia.com/mig-1g.5gb", "nvidia.com/mig-3g.40gb"]
+)  # fmt: skip
+containers_ = st.fixed_dictionaries(
+    {"name": st.text(max_size=4)},
+    optional={
+        "image": st.one_of(st.sampled_from(["a:1", "a@sha256:00", "a"]), scalars),
+        "env": st.one_of(st.lists(env_entries, max_size=4), scalars),
+        "envFrom": st.one_of(st.lists(st.dictionaries(st.text(max_size=3), scalars)), scalars),
+        "resources": st.one_of(
+            st.fixed_dictionaries(
+                {}, optional={"limits": st.dictionaries(resource_keys, scalars, max_size=4)}
+            ),
+            scalars,
+        ),
+        "securityContext": st.one_of(st.dictionaries(st.text(max_size=8), scalars), scalars),
+    },
+)
+pod_specs = st.fixed_dictionaries(
+    {"containers": st.one_of(st.lists(containers_, max_size=3), scalars)},
+    optional={"initContainers": st.lists(containers_, max_size=1)},
+)
+kinds = st.sampled_from(
+    ["Pod", "Job", "CronJob", "Deployment", "StatefulSet", "PodTemplate", "JobSet", "TFJob",
+     "ConfigMap", "List", "Service", "Unknown"]
+)  # fmt: skip
+
+
+def document(kind: str, spec: object, extra: dict) -> dict:
+    template = {"spec": spec}
+    return {
+        "apiVersion": "v1",
+        "kind": kind,
+        "metadata": {"name": "x"},
+        "data": extra,
+        "template": template,
+        "items": [{"kind": "Pod", "spec": spec}],
+        "spec": {
+            **extra,
+            "containers": spec.get("containers") if isinstance(spec, dict) else spec,
+            "template": template,
+            "jobTemplate": {"spec": {"template": template}},
+            "replicatedJobs": [{"name": "w", "replicas": extra.get("replicas"),
+                                "template": {"spec": {"template": template}}}],
+            "tfReplicaSpecs": {"Worker": {"replicas": extra.get("replicas"), "template": template}},
+        },
+    }  # fmt: skip
+
+
+documents = st.builds(
+    document,
+    kinds,
+    st.one_of(pod_specs, scalars),
+    st.dictionaries(
+        st.sampled_from(["replicas", "completions", "parallelism", "backoffLimit", "DIST_PORT"]),
+        scalars,
+    ),
+)
+manifests = st.one_of(
+    st.lists(documents, max_size=3).map(lambda ds: yaml.safe_dump_all(ds)),
+    st.text(alphabet=string.printable, max_size=200),
+    st.recursive(scalars, lambda c: st.lists(c) | st.dictionaries(st.text(max_size=4), c)).map(
+        lambda d: yaml.safe_dump(d)
+    ),
+)
+
+
+@fuzz
+@given(manifests)
+def test_manifests_checker_gives_findings_only(text: str) -> None:
+    report = Report()
+    check_text("fuzz.yaml", text, report)
+    for finding in report.findings:
+        assert finding.rule and finding.message
