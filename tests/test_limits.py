@@ -1,0 +1,80 @@
+"""Numbers that cannot be right are errors: 1 TiB per GPU, 1024 threads per pool, any digits."""
+
+from __future__ import annotations
+
+import pytest
+from tfboot import ConfigError, resolve
+from tfboot.cpu import CpuBudget
+from tfboot.plan import make_plan
+from tfboot.settings import MAX_CPU_THREADS, MAX_MEMORY_MB
+
+HUGE = "9" * 100_000  # past Python's int-string limit (4300 digits)
+
+
+def problem_text(env: dict[str, str]) -> str:
+    with pytest.raises(ConfigError) as info:
+        resolve(env)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "accepted"),
+    [
+        ("MEMORY_LIMIT_MB", "99999999999999999999999", "from 1 to 1048576 (1 TiB"),
+        ("MEMORY_LIMIT_MB", str(MAX_MEMORY_MB + 1), "from 1 to 1048576 (1 TiB"),
+        ("MEMORY_LIMIT_MB", HUGE, "from 1 to 1048576 (1 TiB"),
+        ("VIRTUAL_SPLIT", "99999999999999999999,1", "MiB sizes from 1 to 1048576 (1 TiB)"),
+        ("VIRTUAL_SPLIT", f"{MAX_MEMORY_MB + 1},1", "MiB sizes from 1 to 1048576 (1 TiB)"),
+        ("VIRTUAL_SPLIT", HUGE, "a count from 1 to 64"),
+        ("CPU_THREADS", "20000", "a thread count from 1 to 1024"),
+        ("CPU_THREADS", str(MAX_CPU_THREADS + 1), "a thread count from 1 to 1024"),
+        ("CPU_THREADS", HUGE, "a thread count from 1 to 1024"),
+        ("VISIBLE_GPU", f"0,{HUGE}", None),
+    ],
+)
+def test_out_of_range(name: str, value: str, accepted: str | None) -> None:
+    if accepted is None:  # a valid form: the plan says the index does not exist
+        settings = resolve({name: value})
+        with pytest.raises(ConfigError, match="does not exist"):
+            make_plan(settings, 2, CpuBudget(2, None, ""), {})
+        return
+    text = problem_text({name: value})
+    assert text.startswith(f"{name}=") and accepted in text
+    assert len(text) < 600  # a long value is shortened, with its length given
+    if len(value) > 256:
+        assert f"({len(value)} characters)" in text
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"CUDA_DEVICE_MEMORY_LIMIT": "2000000m"},
+        {"CUDA_DEVICE_MEMORY_LIMIT_0": HUGE + "m"},
+        {"ALIYUN_COM_GPU_MEM_CONTAINER": "1025"},
+        {"ALIYUN_COM_GPU_MEM_CONTAINER": HUGE},
+    ],
+)
+def test_device_plugin_share_over_1_tib(env: dict[str, str]) -> None:
+    (name,) = env
+    text = problem_text({"MEMORY_LIMIT_MB": "auto", **env})
+    assert f"{name}=" in text and "1 TiB" in text
+
+
+def test_the_limits_themselves_are_accepted() -> None:
+    settings = resolve({"MEMORY_LIMIT_MB": str(MAX_MEMORY_MB), "CPU_THREADS": str(MAX_CPU_THREADS)})
+    assert (settings.memory_limit_mb, settings.cpu_threads) == (MAX_MEMORY_MB, MAX_CPU_THREADS)
+
+
+def test_hami_index_with_leading_zero() -> None:
+    settings = resolve({"MEMORY_LIMIT_MB": "auto", "CUDA_DEVICE_MEMORY_LIMIT_01": "4096m"})
+    assert settings.memory_limit_per_gpu == {1: 4096 - 512}
+
+
+@pytest.mark.parametrize(("threads", "warned"), [(4, False), (5, True)])
+def test_threads_above_the_schedulable_cpus_warn_once(threads: int, warned: bool) -> None:
+    settings = resolve({"CPU_THREADS": str(threads)})
+    plan = make_plan(settings, 0, CpuBudget(4, None, ""), {})
+    assert plan.intra_op_threads == threads
+    expected = [f"CPU_THREADS={threads} (env) is more threads per pool than the 4 CPUs this "
+                "process may run on"]  # fmt: skip
+    assert plan.warnings == (expected if warned else [])
