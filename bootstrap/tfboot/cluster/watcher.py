@@ -32,10 +32,11 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 INTERVAL_S = 30.0  # at most one wait line per interval
 FIRST_LINE_S = 2.0  # the first wait line comes this long after start at the latest
-RESOLVE_S = 2.0  # a resolution running longer is reported as "DNS: no answer yet"
+RESOLVE_S = 2.0  # a retried resolution running longer is reported as "DNS: no answer yet"
 PROBE_S = 1.0  # pause between the end of one peer's probe and the next
 CONNECT_TIMEOUT_S = 2.0
 EXIT_MARGIN_S = 1.0  # the worker ends this long after the child's last line
@@ -48,9 +49,12 @@ def _emit(kind: str, text: str) -> None:
     print(f"tfboot:{'' if kind == 'info' else f' {kind}:'} {text}", file=sys.stderr, flush=True)
 
 
-def connect(infos: list[tuple]) -> str | None:  # type: ignore[type-arg]
-    """None when one of ``getaddrinfo``'s ``infos`` accepts a TCP connection, else why not."""
-    last = "no address"
+def connect(infos: list[tuple[Any, ...]]) -> str | None:
+    """None when one of ``getaddrinfo``'s ``infos`` accepts a TCP connection, else why not.
+
+    "refused" wins over the other addresses' errors: the host is there, nothing listens yet.
+    """
+    reasons = []
     for family, kind, proto, _, target in infos:
         try:
             with socket.socket(family, kind, proto) as sock:
@@ -58,12 +62,12 @@ def connect(infos: list[tuple]) -> str | None:  # type: ignore[type-arg]
                 sock.connect(target)
                 return None
         except ConnectionRefusedError:
-            last = "refused"
-        except socket.timeout:
-            last = "timed out"
+            reasons.append("refused")
+        except TimeoutError:
+            reasons.append("timed out")
         except OSError as exc:
-            last = exc.strerror or str(exc)
-    return last
+            reasons.append(exc.strerror or str(exc))
+    return "refused" if "refused" in reasons else next(iter(reasons), "no address")
 
 
 class PeerProbe:
@@ -89,7 +93,7 @@ class PeerProbe:
         return not self.stage and self.why is not None and now - self.since >= PROBE_S
 
     def reason(self, now: float) -> str:
-        if self.stage == "resolving" and now - self.since >= RESOLVE_S:
+        if self.stage == "resolving" and (not self.tried or now - self.since >= RESOLVE_S):
             return f"DNS: {NO_ANSWER}"
         return self.why or NO_ANSWER
 
@@ -130,16 +134,16 @@ def run(parent: int, started: float, peers: list[str], timeout: float | None, qu
         probes = [p for p in probes if not p.answered]
         if not probes:
             if printed:
-                _emit("info", f"cluster: all {len(peers)} peer(s) answered after "
-                      f"{now - started:.0f} s")  # fmt: skip
+                done = f"cluster: all {len(peers)} peer(s) answered after {now - started:.0f} s"
+                _emit("info", done)
             return ANSWERED
         for p in probes:
             if p.due(now):
                 p.start(now)
         pending = {p.address: p.reason(now) for p in probes}
         if now >= deadline:
-            _emit("error", wait_line(pending, now - started) + f"; DIST_STARTUP_TIMEOUT={timeout:g} "
-                  "reached, ending this worker (exit status 1)")  # fmt: skip
+            reached = f"; DIST_STARTUP_TIMEOUT={timeout:g} reached, ending this worker"
+            _emit("error", wait_line(pending, now - started) + reached + " (exit status 1)")
             return TIMED_OUT
         if now >= next_line or (not printed and not quiet and all(p.tried for p in probes)):
             _emit("info", wait_line(pending, now - started))
