@@ -86,6 +86,7 @@ SETTINGS = {
     "TF default": {"CPU_THREADS": "host"},
 }
 Settings = Mapping[str, Mapping[str, str]]
+Cell = tuple[int, float, str]  # (group, quota, setting)
 
 
 def node_default(threads: int) -> dict[str, str]:
@@ -186,13 +187,13 @@ def main() -> None:
     args = parser.parse_args()
     image = args.image or default_image()
 
-    cells: dict[tuple[float, str], Sample] = {}
-    for cpus, settings in groups(args):
+    cells: dict[Cell, Sample] = {}  # one per group and setting, in the order run
+    for group, (cpus, settings) in enumerate(groups(args)):
         for round_ in range(args.rounds):
             order = list(settings) if round_ % 2 == 0 else list(reversed(settings))
             for setting in order:
                 result = run_once(image, cpus, settings[setting], args)
-                cell = cells.setdefault((cpus, setting), Sample([], set()))
+                cell = cells.setdefault((group, cpus, setting), Sample([], set()))
                 cell.times += result["times"]
                 cell.intra_threads.add(result["intra_threads"])
                 cell.throttled_periods += result["throttled_periods"]
@@ -208,19 +209,19 @@ def main() -> None:
         "| throttled periods | throttled ms per s |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for (cpus, setting), sample in cells.items():
+    for (_, cpus, setting), sample in cells.items():
         print(sample.row(cpus, setting))
     if args.png:
         write_png(cells, args.png)
 
 
-def write_png(cells: dict[tuple[float, str], Sample], path: Path) -> None:
+def write_png(cells: dict[Cell, Sample], path: Path) -> None:
     """Steps/s, p99 and throttling per cell, tfboot's auto in green."""
     from charts import pyplot, save
 
     plt = pyplot()
-    labels = [f"--cpus={cpus:g}\n{setting.replace(', ', chr(10))}" for cpus, setting in cells]
-    colors = ["#5cb85c" if setting == AUTO else "#999999" for _, setting in cells]
+    labels = [f"--cpus={cpus:g}\n{setting.replace(', ', chr(10))}" for _, cpus, setting in cells]
+    colors = ["#5cb85c" if setting == AUTO else "#999999" for _, _, setting in cells]
     panels = (
         ("steps/s (higher is better)", lambda s: s.steps_per_s),
         ("p99 step time, ms (lower is better)", lambda s: s.p99_ms),
