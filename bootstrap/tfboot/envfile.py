@@ -47,26 +47,26 @@ def _check(path: str, status: os.stat_result) -> None:
         )
 
 
+def _unreadable(path: str, exc: Exception) -> ConfigError:
+    if isinstance(exc, FileNotFoundError):
+        return _problem(path, "the file does not exist", "give the path of a readable .env file")
+    if isinstance(exc, PermissionError):
+        return _problem(path, f"the file cannot be read by uid {os.getuid()} (permission denied)")
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+    return _problem(path, f"the file cannot be read ({reason})")
+
+
 def _read_bytes(path: str) -> bytes:
     """At most ``MAX_BYTES`` of a regular file, checked before and after opening (races)."""
     try:
         status = os.stat(path)
-    except FileNotFoundError:
-        raise _problem(
-            path, "the file does not exist", "give the path of a readable .env file"
-        ) from None
-    except PermissionError:
-        raise _problem(
-            path, f"the file cannot be read by uid {os.getuid()} (permission denied)"
-        ) from None
     except (OSError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-        raise _problem(path, f"the file cannot be read ({reason})") from None
+        raise _unreadable(path, exc) from None
     _check(path, status)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
-        raise _problem(path, f"the file cannot be read ({exc.strerror})") from None
+        raise _unreadable(path, exc) from None
     try:
         _check(path, os.fstat(fd))
         chunks, size = [], 0
