@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError, Problem
+from ..numbers import digits
 from . import TASK_TYPES
 from .hostlist import block_layout, expand_counts, expand_hosts
 from .tfconfig import VARIABLE, TfConfig, check
@@ -109,7 +110,7 @@ def _k8s(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
         elif not raw.strip().isascii() or not raw.strip().isdigit():
             problems.append(Problem("JOB_COMPLETION_INDEX", raw, "expected an integer from 0"))
         else:
-            index = int(raw)
+            index = digits(raw)
             sources["index"] = f"JOB_COMPLETION_INDEX={index}"
     if problems:
         raise ConfigError(problems)
@@ -159,7 +160,7 @@ def _slurm_int(env: Mapping[str, str], name: str, problems: list[Problem]) -> in
     elif not raw.strip().isascii() or not raw.strip().isdigit():
         problems.append(Problem(name, raw, "expected an integer from 0"))
     else:
-        return int(raw)
+        return digits(raw)
     return None
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 
 from ..errors import ConfigError, Problem
+from ..numbers import digits
 
 HOSTS_ACCEPTED = "expected a Slurm hostlist such as node[1-4], gpu[01-03,07] or a1,b[1-2]"
 TASKS_ACCEPTED = "expected Slurm's tasks per node such as 2(x3),1"
 MAX_HOSTS = 100_000  # a bound, so a typo like n[0-999999999] cannot exhaust memory
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
-_COUNT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
+_RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
+_COUNT = re.compile(r"^([0-9]+)(?:\(x([0-9]+)\))?$")
 
 
 def _split_top(text: str) -> list[str]:
@@ -47,10 +48,11 @@ def _expand_one(entry: str, variable: str, text: str) -> list[str]:
         if match is None:
             raise ConfigError(Problem(variable, text, HOSTS_ACCEPTED, f"bad range {part!r}"))
         low, high = match.group(1), match.group(2) or match.group(1)
-        if int(high) < int(low) or int(high) - int(low) >= MAX_HOSTS:
+        first, last = digits(low) or 0, digits(high) or 0
+        if last < first or last - first >= MAX_HOSTS or len(low) > 18:
             raise ConfigError(Problem(variable, text, HOSTS_ACCEPTED, f"bad range {part!r}"))
         width = len(low) if low.startswith("0") else 0
-        names += [f"{prefix}{n:0{width}d}{suffix}" for n in range(int(low), int(high) + 1)]
+        names += [f"{prefix}{n:0{width}d}{suffix}" for n in range(first, last + 1)]
     return names
 
 
@@ -71,12 +73,13 @@ def expand_counts(text: str, variable: str = "SLURM_STEP_TASKS_PER_NODE") -> lis
     counts: list[int] = []
     for part in text.strip().split(","):
         match = _COUNT.match(part.strip())
-        if match is None or int(match.group(1)) == 0:
+        count = digits(match.group(1)) if match else None
+        if not count or count > MAX_HOSTS:
             raise ConfigError(Problem(variable, text, TASKS_ACCEPTED))
-        repeat = int(match.group(2) or 1)
+        repeat = digits(match.group(2) or "1") or 0
         if repeat == 0 or len(counts) + repeat > MAX_HOSTS:
             raise ConfigError(Problem(variable, text, TASKS_ACCEPTED))
-        counts += [int(match.group(1))] * repeat
+        counts += [count] * repeat
     return counts
 
 

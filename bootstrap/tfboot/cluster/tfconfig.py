@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError, Problem
+from ..numbers import digits
 from . import TASK_TYPES
 
 VARIABLE = "TF_CONFIG"
@@ -65,7 +66,7 @@ def check_address(address: Any) -> str | None:
     host, colon, port = address.rpartition(":")
     if not colon:
         return f"address {shown(address)!r} has no :port"
-    if not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+    if not port.isascii() or not port.isdigit() or not 1 <= (digits(port) or 0) <= 65535:
         return f"address {shown(address)!r} needs an integer port from 1 to 65535"
     if host.startswith("["):
         if not host.endswith("]") or len(host) < 3 or ":" not in host:

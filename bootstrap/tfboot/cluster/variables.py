@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, Problem
+from ..numbers import digits
 from ..settings import layer
 from . import NAMES, TASK_TYPES
+from .hostlist import MAX_HOSTS
 from .tfconfig import check_address
 
 TYPES = ", ".join(TASK_TYPES)
@@ -69,15 +71,15 @@ def _has_port(entry: str) -> bool:
 
 
 def _count(text: str) -> int | None:
-    text = text.strip()
-    return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
+    number = digits(text)
+    return number if number else None
 
 
 def parse_tasks(name: str, value: str) -> tuple[tuple[str, int], ...]:
     if "=" not in value:
         count = _count(value)
-        if count is None:
-            raise ConfigError(Problem(name, value, TASKS_ACCEPTED))
+        if count is None or count > MAX_HOSTS:
+            raise ConfigError(Problem(name, value, TASKS_ACCEPTED, f"at most {MAX_HOSTS} tasks"))
         return (("worker", count),)
     tasks: dict[str, int] = {}
     for part in value.split(","):
@@ -91,6 +93,8 @@ def parse_tasks(name: str, value: str) -> tuple[tuple[str, int], ...]:
     for single in ("chief", "evaluator"):
         if tasks.get(single, 0) > 1:
             raise ConfigError(Problem(name, value, f"at most one {single} is allowed"))
+    if sum(tasks.values()) > MAX_HOSTS:
+        raise ConfigError(Problem(name, value, f"at most {MAX_HOSTS} tasks in all"))
     if not tasks.get("chief") and not tasks.get("worker"):
         raise ConfigError(Problem(name, value, "the cluster needs a chief or a worker"))
     return tuple(tasks.items())
@@ -140,10 +144,10 @@ def parse_type(name: str, value: str) -> str:
 
 
 def parse_index(name: str, value: str) -> int:
-    text = value.strip()
-    if not text.isascii() or not text.isdigit():
+    index = digits(value)
+    if index is None:
         raise ConfigError(Problem(name, value, "expected a task index: an integer from 0"))
-    return int(text)
+    return index
 
 
 def parse_port(name: str, value: str) -> int:
