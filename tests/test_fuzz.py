@@ -57,7 +57,26 @@ values = st.one_of(
     st.integers(-(10**30), 10**30).map(str),
     st.lists(st.integers(0, 70000).map(str), max_size=6).map(",".join),
 )
-environments = st.dictionaries(st.sampled_from(NAMES), values, max_size=10)
+# Valid starting points, so that generated changes reach the plan and the TF_CONFIG builder.
+BASES = [
+    {},
+    {"MEMORY_LIMIT_MB": "6144", "VIRTUAL_SPLIT": "2", "MEMORY_GROWTH": "true"},
+    {"DISTRIBUTED": "k8s", "DIST_TASKS": "2", "DIST_HOSTS": "w-{i}.svc",
+     "JOB_COMPLETION_INDEX": "1"},
+    {"DISTRIBUTED": "slurm", "SLURM_PROCID": "1", "SLURM_STEP_NODELIST": "n[1-2]",
+     "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "SLURMD_NODENAME": "n2"},
+    {"DISTRIBUTED": "auto",
+     "TF_CONFIG": '{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", '
+                  '"index": 0}}'},
+]  # fmt: skip
+environments = st.one_of(
+    st.dictionaries(st.sampled_from(NAMES), values, max_size=10),
+    st.builds(
+        lambda base, changes: {**base, **changes},
+        st.sampled_from(BASES),
+        st.dictionaries(st.sampled_from(NAMES), values, max_size=3),
+    ),
+)
 budgets = st.builds(
     CpuBudget,
     st.integers(1, 512),
