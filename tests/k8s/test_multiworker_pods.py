@@ -9,10 +9,24 @@ the FQDN ``<job>-<index>.<service>.<namespace>.svc.cluster.local``, as network a
 Nothing else is given to the containers: tfboot builds each TF_CONFIG at import from the
 manifest's variables. The training script is ``tests/cluster/mw_train.py``, a custom loop
 under MultiWorkerMirroredStrategy, mounted read-only.
+
+A Pod that gets a GPU gets the simulated one (``tests/simgpu``): the PluggableDevice plugin,
+built on the host against the very TensorFlow 2.21 the image carries (checked: the same
+``libtensorflow_framework.so.2``, and a glibc no newer than the image's), mounted read-only
+and named by ``TF_PLUGGABLE_DEVICE_LIBRARY_PATH``, where a device plugin would hand the
+container a GPU.
+
+Docker's embedded DNS has no upstream resolver here, so looking up a name no container
+holds takes about 10 s: the missing-peer scenario also checks that the wait line and the
+``DIST_STARTUP_TIMEOUT`` exit do not wait for DNS.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,6 +36,8 @@ from typing import Any
 import pytest
 from container_runs import QUIET_TF, Outcome
 from kustomize import REPO, copy_k8s, documents, render_text, set_literal
+from simgpu.conftest import ready_plugin
+from simgpu.scenarios import STABLE_PYTHON
 from test_pod_emulation import pod_run
 
 import docker
@@ -40,6 +56,20 @@ TRAIN = REPO / "tests" / "cluster" / "mw_train.py"
 TRAIN_CMD = ["python3", "/opt/mw_train.py", "multi"]
 IMPORT_CMD = ["python3", "-c", "import tensorflow"]
 EXIT_UNREACHABLE = 1  # tfboot's exit status when DIST_STARTUP_TIMEOUT runs out (faulthandler)
+GPU_LIBRARY = "/opt/simgpu/simgpu.so"
+GPU_ENV = {"TF_PLUGGABLE_DEVICE_LIBRARY_PATH": GPU_LIBRARY, "SIMGPU_MEMORY_MB": "4096"}
+GPUS_CMD = [
+    "python3", "-c",
+    "import json, tensorflow as tf; print(json.dumps(len(tf.config.list_physical_devices('GPU'))))",
+]  # fmt: skip
+# Which TensorFlow an interpreter has, found without importing it, and its glibc.
+TF_BUILD = """
+import hashlib, importlib.util, json, os, pathlib
+tf = pathlib.Path(importlib.util.find_spec("tensorflow").origin).parent
+framework = (tf / "libtensorflow_framework.so.2").read_bytes()
+print(json.dumps({"framework": hashlib.sha256(framework).hexdigest(),
+                  "glibc": os.confstr("CS_GNU_LIBC_VERSION")}))
+"""
 
 
 class Cluster:
@@ -59,9 +89,14 @@ class Cluster:
         pod = f"{self.job}-{index}.{self.service}"
         return [pod, f"{pod}.{NAMESPACE}.svc.cluster.local"]
 
-    def start(self, index: int, command: list[str], **env: str) -> Any:
-        """Pod ``index`` as the Job controller and the kubelet would start it."""
+    def start(self, index: int, command: list[str], gpu: Path | None = None, **env: str) -> Any:
+        """Pod ``index`` as the Job controller and the kubelet would start it (``gpu``: the
+        simulated GPU's plugin, given the way a device plugin gives the container a GPU)."""
         settings: dict[str, Any] = dict(self.run.docker)
+        volumes = {str(TRAIN): {"bind": "/opt/mw_train.py", "mode": "ro"}}
+        if gpu is not None:
+            volumes[str(gpu)] = {"bind": GPU_LIBRARY, "mode": "ro"}
+            env = {**GPU_ENV, **env}
         endpoint = self.client.api.create_endpoint_config(aliases=self.dns_names(index))
         container = self.client.containers.create(
             self.image,
@@ -71,7 +106,7 @@ class Cluster:
             environment={**QUIET_TF, **self.run.env, "JOB_COMPLETION_INDEX": str(index), **env},
             network=self.network.name,
             networking_config={self.network.name: endpoint},
-            volumes={str(TRAIN): {"bind": "/opt/mw_train.py", "mode": "ro"}},
+            volumes=volumes,
             tmpfs=dict.fromkeys(settings.pop("tmpfs"), ""),
             **settings,
         )
@@ -109,6 +144,29 @@ def cluster(tfboot_image: str, kubectl: str, tmp_path: Path) -> Iterator[Cluster
         made.close()
 
 
+def tf_build(outcome: Outcome) -> dict[str, Any]:
+    """``TF_BUILD``'s answer, with glibc's version as a tuple to compare."""
+    found = outcome.ok().json()
+    return {**found, "glibc": tuple(int(n) for n in found["glibc"].split()[-1].split("."))}
+
+
+@pytest.fixture(scope="module")
+def gpu_plugin(tfboot_image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The simulated GPU's plugin for the image's TensorFlow, readable by the Pod's user."""
+    built = ready_plugin(STABLE_PYTHON)
+    cmd = [str(STABLE_PYTHON), "-c", TF_BUILD]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    host = tf_build(Outcome(proc.returncode, proc.stdout, proc.stderr))
+    logs = docker.from_env().containers.run(tfboot_image, ["python3", "-c", TF_BUILD], remove=True)
+    image = tf_build(Outcome(0, logs.decode(), ""))
+    assert host["framework"] == image["framework"], "the image carries another TensorFlow build"
+    assert host["glibc"] <= image["glibc"], f"plugin built for glibc {host}, image has {image}"
+    copy = tmp_path_factory.mktemp("simgpu") / "simgpu.so"
+    shutil.copyfile(built, copy)
+    os.chmod(copy, 0o644)  # the build leaves it to its owner; the Pod runs as another user
+    return copy
+
+
 def tfboot_lines(outcome: Outcome) -> list[str]:
     return [line for line in outcome.stderr.splitlines() if line.startswith("tfboot:")]
 
@@ -133,13 +191,26 @@ def test_training_across_pods_with_a_late_worker(cluster: Cluster) -> None:
     assert any("all 1 peer(s) answered" in line for line in tfboot_lines(outcomes[0])), outcomes[0]
 
 
-def test_worker_with_another_replica_count_fails_at_import(cluster: Cluster) -> None:
-    """A Pod rendered for 2 replicas per worker (nvidia.com/gpu x VIRTUAL_SPLIT = 2) on a
-    node where it has 1 (no GPU: CPU:0) stops at ``import tensorflow``, naming both."""
-    outcome = finish(cluster.start(1, IMPORT_CMD, DIST_REPLICAS_PER_WORKER="2"), 120)
+def test_worker_with_another_split_fails_at_import(cluster: Cluster, gpu_plugin: Path) -> None:
+    """Both Pods get one (simulated) GPU, as the manifest's ``nvidia.com/gpu: 1`` asks, and
+    the manifest says DIST_REPLICAS_PER_WORKER=1. Worker 1 also gets MEMORY_LIMIT_MB and
+    VIRTUAL_SPLIT=2: tfboot's plan counts 2 logical GPUs there, so ``import tensorflow``
+    stops with the replicas error naming both numbers, while worker 0 imports.
+
+    TensorFlow 2.21's PluggableDevice path ignores the split at runtime (this device would
+    stay one replica), but tfboot's check runs on its own plan, before the runtime starts,
+    and that plan is what a CUDA runtime applies: the simulated GPU reaches the check as a
+    real one would.
+    """
+    assert cluster.run.env["DIST_REPLICAS_PER_WORKER"] == "1"
+    same = cluster.start(0, GPUS_CMD, gpu_plugin)
+    split = cluster.start(1, IMPORT_CMD, gpu_plugin, MEMORY_LIMIT_MB="2048", VIRTUAL_SPLIT="2")
+    control, outcome = finish(same, 180), finish(split, 180)
+    assert json.loads(control.ok().stdout) == 1, control
     assert outcome.exit_code != 0, outcome
-    assert "DIST_REPLICAS_PER_WORKER" in outcome.stderr, outcome
-    assert "1 local replica(s)" in outcome.stderr and "must have 2" in outcome.stderr, outcome
+    assert "DIST_REPLICAS_PER_WORKER='1' cannot be met on this host" in outcome.stderr, outcome
+    assert "has 2 local replica(s)" in outcome.stderr, outcome
+    assert "every worker must have 1" in outcome.stderr, outcome
 
 
 def test_missing_peer_is_named_then_the_worker_exits(cluster: Cluster) -> None:
