@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from container_runs import run_container
+from container_runs import Outcome, run_container
 
 pytestmark = pytest.mark.docker
 
@@ -56,6 +56,27 @@ def test_site_says_the_start_file_replaced_the_pth_import_line(
     assert f"import lines in {pth} are suppressed due to matching {start} file." in trace
     assert f"Executing entry point: tfboot._startup:install from {start}" in trace
     assert f"Exec'ing from {pth}" not in trace
+
+
+def test_start_after_only_the_package_folder_was_deleted(
+    any_python_image: tuple[str, str],
+) -> None:
+    """A partial uninstall (an image layer deleting ``tfboot/``) leaves start-up silent."""
+    python, image = any_python_image
+
+    def start_without(*names: str) -> Outcome:
+        site_packages = f"/usr/local/lib/python{python}/dist-packages"
+        script = f"cd {site_packages} && rm -r {' '.join(names)} && exec python3 -c pass"
+        return run_container(image, ["sh", "-c", script], user="0")
+
+    outcome = start_without("tfboot")
+    if python == START_FILES:
+        # A PEP 829 entry point has no guard: site reports the leftover tfboot.start (rc 0),
+        # as the README says; deleting it too makes start-up silent.
+        assert outcome.exit_code == 0, outcome
+        assert "Error resolving entry point tfboot._startup:install" in outcome.stderr, outcome
+        outcome = start_without("tfboot", "tfboot.start")
+    assert (outcome.exit_code, outcome.stdout, outcome.stderr) == (0, "", ""), outcome
 
 
 @pytest.mark.parametrize(
