@@ -78,3 +78,22 @@ def test_threads_above_the_schedulable_cpus_warn_once(threads: int, warned: bool
     expected = [f"CPU_THREADS={threads} (env) is more threads per pool than the 4 CPUs this "
                 "process may run on"]  # fmt: skip
     assert plan.warnings == (expected if warned else [])
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"DISTRIBUTED": "auto", "TF_CONFIG": HUGE},
+        {"DISTRIBUTED": "k8s", "DIST_TASKS": "99999999999", "DIST_HOSTS": "w-{i}.svc"},
+        {"DISTRIBUTED": "k8s", "DIST_TASKS": "2", "DIST_HOSTS": "w-{i}.svc", "DIST_PORT": HUGE},
+        {"DISTRIBUTED": "slurm", "SLURM_PROCID": HUGE, "SLURM_STEP_NODELIST": "n[1-2]",
+         "SLURM_STEP_TASKS_PER_NODE": "1(x2)"},
+        {"DISTRIBUTED": "slurm", "SLURM_PROCID": "0", "SLURM_STEP_NODELIST": f"n[1-{HUGE}]",
+         "SLURM_STEP_TASKS_PER_NODE": "1(x2)"},
+    ],
+)  # fmt: skip
+def test_cluster_numbers_of_any_size_are_config_errors(env: dict[str, str]) -> None:
+    from tfboot.cluster.plan import plan_cluster
+
+    with pytest.raises(ConfigError):
+        plan_cluster(resolve(env).distributed, {"JOB_COMPLETION_INDEX": "0", **env})

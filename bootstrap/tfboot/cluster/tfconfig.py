@@ -181,6 +181,10 @@ def check(text: str, variable: str = VARIABLE) -> TfConfig:
         raise ConfigError(
             Problem(variable, shown(text), "is nested too deeply; " + SHAPE)
         ) from None
+    except ValueError:  # a number past Python's int-string limit (4300 digits)
+        raise ConfigError(
+            Problem(variable, shown(text), "holds a number with too many digits; " + SHAPE)
+        ) from None
     try:
         cluster, kind, index, problems = _parse(data)
     except ValueError as exc:
