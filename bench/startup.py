@@ -48,6 +48,7 @@ PTH_CANDIDATES = {
     "(no file)": None,
     "unguarded": "import tfboot",
     "exec guard": 'import sys;exec("try:import tfboot\\nexcept:0")',
+    "sitedir guard": 'import os;os.path.isdir(sitedir+"/tfboot")and __import__("tfboot")',
 }
 
 

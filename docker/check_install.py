@@ -42,7 +42,8 @@ def installed_at() -> str:
 
 def loaded_at_startup(module: str, *flags: str) -> bool:
     """Whether a fresh interpreter started with ``flags`` has already imported ``module``."""
-    code = f"import sys; sys.exit(0 if {module!r} in sys.modules else 3)"
+    # The package, not the one-file stand-in the wheel installs for a deleted folder.
+    code = f"import sys; sys.exit(0 if hasattr(sys.modules.get({module!r}), '__path__') else 3)"
     return subprocess.run([sys.executable, *flags, "-c", code], check=False).returncode == 0
 
 

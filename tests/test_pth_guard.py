@@ -1,9 +1,11 @@
 """A ``tfboot.pth`` whose package is gone keeps every interpreter start silent, exit 0.
 
 A partial uninstall, or an image layer that deleted the ``tfboot`` folder, leaves the
-``.pth`` behind; ``site`` runs its import line at every start. Each test builds a bare
-virtual environment holding only the release's ``tfboot.pth`` (the package absent, or
-present as the control) and runs ``python -c pass`` in it. Run on this test environment's
+``.pth`` behind; ``site`` runs its import line at every start. The wheel installs a
+one-file stand-in, ``tfboot.py``, beside the folder: Python prefers the package while its
+folder exists, and imports the stand-in only when it is gone. Each test builds a bare
+virtual environment holding the release's ``tfboot.pth`` and ``tfboot.py`` (the package
+folder absent, or present as the control) and runs ``python -c pass`` in it. Run on this test environment's
 Python and on every other ``python3.N`` found on PATH (the 3.13 to 3.15 images run the
 same start-up files in tests/docker).
 """
@@ -22,6 +24,7 @@ from support import scenario_env
 ROOT = Path(__file__).resolve().parents[1]
 PTH = (ROOT / "bootstrap" / "tfboot.pth").read_text()
 PACKAGE = Path(sysconfig.get_paths()["purelib"]) / "tfboot"
+STANDIN = PACKAGE.parent / "tfboot.py"  # installed by the wheel next to the folder
 
 
 def other_pythons() -> list[str]:
@@ -44,8 +47,10 @@ def other_pythons() -> list[str]:
 PYTHONS = [sys.executable, *other_pythons()]
 
 
-def bare_venv(python: str, where: Path, pth: str, *, with_package: bool) -> str:
-    """A venv with no pip, holding ``pth`` as tfboot.pth (and the package if asked)."""
+def bare_venv(
+    python: str, where: Path, pth: str, *, with_package: bool, with_standin: bool = True
+) -> str:
+    """A venv with no pip, holding ``pth`` as tfboot.pth, the stand-in and the package."""
     subprocess.run([python, "-m", "venv", "--without-pip", str(where)], check=True)
     interpreter = str(where / "bin" / "python")
     site = subprocess.run(
@@ -55,6 +60,8 @@ def bare_venv(python: str, where: Path, pth: str, *, with_package: bool) -> str:
         check=True,
     ).stdout.strip()
     (Path(site) / "tfboot.pth").write_text(pth)
+    if with_standin:
+        shutil.copy(STANDIN, Path(site) / "tfboot.py")
     if with_package:
         shutil.copytree(PACKAGE, Path(site) / "tfboot", ignore=shutil.ignore_patterns("*.pyc"))
     return interpreter
@@ -80,9 +87,16 @@ def test_pth_with_its_package_installs_the_trampoline(python: str, tmp_path: Pat
     assert (run.returncode, run.stdout.strip(), run.stderr) == (0, "True", "")
 
 
-def test_the_unguarded_line_would_print(tmp_path: Path) -> None:
-    # The control: the line this guard replaced prints a traceback at every start.
-    venv = bare_venv(sys.executable, tmp_path / "venv", "import tfboot\n", with_package=False)
+def test_without_the_standin_the_line_would_print(tmp_path: Path) -> None:
+    # The control: with the stand-in gone too, the import line fails at every start.
+    venv = bare_venv(sys.executable, tmp_path / "venv", PTH, with_package=False, with_standin=False)
     run = start(venv)
     assert run.returncode == 0
     assert "ModuleNotFoundError" in run.stderr
+
+
+def test_the_standin_says_what_is_wrong_when_used(tmp_path: Path) -> None:
+    venv = bare_venv(sys.executable, tmp_path / "venv", PTH, with_package=False)
+    run = start(venv, "import tfboot; tfboot.apply()")
+    assert run.returncode == 1
+    assert "the tfboot package folder is missing" in run.stderr

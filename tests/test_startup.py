@@ -88,7 +88,8 @@ def test_pth_and_start_files_are_installed_at_site_packages_root() -> None:
 
     site = Path(sysconfig.get_paths()["purelib"])
     assert (site / "tfboot.pth").read_text() == (ROOT / "bootstrap" / "tfboot.pth").read_text()
-    assert (site / "tfboot.start").read_text().strip() == "tfboot._startup:install"
+    assert (site / "tfboot.start").read_text().strip() == "tfboot:_start"
+    assert (site / "tfboot.py").read_text() == (ROOT / "bootstrap/missing/tfboot.py").read_text()
 
 
 env_values = st.text(alphabet=string.printable + "é\u00a0", max_size=12)

@@ -7,11 +7,12 @@ Explicit use::
     tfboot.resolve()          # validated settings, without importing TensorFlow
     tfboot.apply()            # import TensorFlow and apply them (once per process)
 
-``tfboot.pth`` imports this package at every interpreter start (if its folder exists), so
-importing it only puts the package itself on ``sys.meta_path`` as a trampoline
-(``find_spec``); the first import of TensorFlow or Keras loads the real hooks
+``tfboot.pth`` (or, on Python 3.15+, ``tfboot.start``) imports this package at every
+interpreter start, so importing it only puts the package itself on ``sys.meta_path`` as a
+trampoline (``find_spec``); the first import of TensorFlow or Keras loads the real hooks
 (``tfboot._startup``). Nothing else is imported here, and the public attributes load
-lazily.
+lazily. If this folder is deleted while those files stay, the one-file stand-in
+``tfboot.py`` installed beside it keeps start-up silent.
 """
 
 import sys
@@ -37,6 +38,10 @@ def find_spec(name: str, path: "object" = None, target: "object" = None) -> "obj
     from ._startup import activate
 
     return activate(name)
+
+
+def _start() -> None:
+    """The PEP 829 entry point (``tfboot.start``): importing the package did the work."""
 
 
 def __getattr__(name: str) -> "object":

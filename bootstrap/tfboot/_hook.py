@@ -7,8 +7,8 @@ submodule (the package comes first), imports from threads, and spawned children 
 run ``site`` again).
 
 It is loaded by the start-up trampoline (``tfboot/__init__.py``) at the first import of
-TensorFlow or Keras, or at interpreter start through ``tfboot.start`` on Python 3.15+, so
-it keeps to modules ``site`` has already loaded (``sys``, ``_thread``).
+TensorFlow or Keras, and keeps to modules ``site`` has already loaded (``sys``,
+``_thread``).
 """
 
 import _thread

@@ -1,13 +1,12 @@
 """Start-up: register the TensorFlow and Keras import hooks.
 
-``tfboot.pth`` imports the ``tfboot`` package at interpreter start, which puts a
-trampoline on ``sys.meta_path``; the first time ``tensorflow`` or ``keras`` is imported,
-the trampoline calls ``activate``, which installs the real hooks and hands the import to
-them. Python 3.15+ runs ``install`` directly through ``tfboot.start``. Unless the kill
-switch is on, it registers callbacks and returns: nothing is parsed and TensorFlow is
-not imported here. It never raises (an exception that escapes ``site`` prints noise at
-every start, and a ``BaseException`` aborts the interpreter); it imports only what
-``site`` has already loaded, as it may run there through ``tfboot.start``.
+``tfboot.pth`` (``tfboot.start`` on Python 3.15+) imports the ``tfboot`` package at
+interpreter start, which puts a trampoline on ``sys.meta_path``; the first time
+``tensorflow`` or ``keras`` is imported, the trampoline calls ``activate``, which installs
+the real hooks and hands the import to them. Unless the kill switch is on, it registers
+callbacks and returns: nothing is parsed and TensorFlow is not imported here. It never
+raises: a failure here must not fail the user's import; it imports only what ``site`` has
+already loaded.
 """
 
 import os

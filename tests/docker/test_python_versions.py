@@ -3,8 +3,9 @@
 On 3.11 to 3.14, ``site`` runs the import line of ``tfboot.pth``, which only puts the
 trampoline in place. Python 3.15 implements PEP 829: the presence of ``tfboot.start`` makes
 ``site`` skip the import lines of the matching ``tfboot.pth`` and call the entry point
-``tfboot._startup:install`` instead, so the hook is registered once, not twice. Start-up
-stays silent on every version. No TensorFlow exists for 3.15, so there the hook is shown
+``tfboot:_start`` instead, which imports the same package, so the trampoline is put in
+place once, not twice. Start-up stays silent on every version, also when only the
+package folder was deleted. No TensorFlow exists for 3.15, so there the hook is shown
 applying the configuration to a stand-in ``tensorflow`` package (a fake, recording the
 ``tf.config`` calls it receives: ``standin/tensorflow_standin``).
 """
@@ -36,14 +37,12 @@ def test_site_runs_tfboot_exactly_once(any_python_image: tuple[str, str]) -> Non
     assert counts["package_bodies"] == 1, counts
     if python == START_FILES:
         # The .start entry point ran once and the .pth import line not at all.
-        assert (counts["pth_import_lines"], counts["install_calls"]) == (0, 1), counts
-        assert counts["hook_loaded"], counts
-        assert counts["tfboot_finders"].count("tfboot._hook") == 1, counts
+        assert (counts["pth_import_lines"], counts["start_calls"]) == (0, 1), counts
     else:
-        # The import line ran once; the hook itself waits for TensorFlow.
-        assert (counts["pth_import_lines"], counts["install_calls"]) == (1, 0), counts
-        assert not counts["hook_loaded"], counts
-        assert counts["tfboot_finders"] == ["tfboot"], counts  # the trampoline alone
+        assert (counts["pth_import_lines"], counts["start_calls"]) == (1, 0), counts
+    # Either way the hook itself waits for TensorFlow: the trampoline alone is in place.
+    assert (counts["install_calls"], counts["hook_loaded"]) == (0, False), counts
+    assert counts["tfboot_finders"] == ["tfboot"], counts
 
 
 def test_site_says_the_start_file_replaced_the_pth_import_line(
@@ -54,7 +53,7 @@ def test_site_says_the_start_file_replaced_the_pth_import_line(
     site_packages = f"/usr/local/lib/python{START_FILES}/dist-packages"
     pth, start = f"{site_packages}/tfboot.pth", f"{site_packages}/tfboot.start"
     assert f"import lines in {pth} are suppressed due to matching {start} file." in trace
-    assert f"Executing entry point: tfboot._startup:install from {start}" in trace
+    assert f"Executing entry point: tfboot:_start from {start}" in trace
     assert f"Exec'ing from {pth}" not in trace
 
 
@@ -69,13 +68,14 @@ def test_start_after_only_the_package_folder_was_deleted(
         script = f"cd {site_packages} && rm -r {' '.join(names)} && exec python3 -c pass"
         return run_container(image, ["sh", "-c", script], user="0")
 
+    # The stand-in tfboot.py the wheel installs beside the folder answers the import of
+    # tfboot.pth (and tfboot.start's entry point on 3.15); without it, start-up would print.
     outcome = start_without("tfboot")
-    if python == START_FILES:
-        # A PEP 829 entry point has no guard: site reports the leftover tfboot.start (rc 0),
-        # as the README says; deleting it too makes start-up silent.
-        assert outcome.exit_code == 0, outcome
-        assert "Error resolving entry point tfboot._startup:install" in outcome.stderr, outcome
-        outcome = start_without("tfboot", "tfboot.start")
+    assert (outcome.exit_code, outcome.stdout, outcome.stderr) == (0, "", ""), outcome
+    outcome = start_without("tfboot", "tfboot.py")
+    assert outcome.exit_code == 0, outcome
+    assert "tfboot" in outcome.stderr, outcome  # the control: site reports the failed import
+    outcome = start_without("tfboot", "tfboot.py", "tfboot.pth", "tfboot.start")
     assert (outcome.exit_code, outcome.stdout, outcome.stderr) == (0, "", ""), outcome
 
 

@@ -2,15 +2,16 @@
 
 Run as ``python -S startup_probe.py``: with ``site`` not yet run, it installs an audit hook
 (which sees the source of every ``exec``'d ``.pth`` import line) and a profile function
-(which sees every call of ``tfboot._startup.install`` and every execution of the ``tfboot``
-package's body), then runs ``site.main()`` as interpreter start-up would, and prints the
-counts and what start-up left behind as one JSON object. Standard library only.
+(which sees every call of ``tfboot._startup.install`` and of ``tfboot._start``, the
+``tfboot.start`` entry point, and every execution of the ``tfboot`` package's body), then
+runs ``site.main()`` as interpreter start-up would, and prints the counts and what
+start-up left behind as one JSON object. Standard library only.
 """
 
 import json
 import sys
 
-counts = {"pth_import_lines": 0, "install_calls": 0, "package_bodies": 0}
+counts = {"pth_import_lines": 0, "start_calls": 0, "install_calls": 0, "package_bodies": 0}
 
 
 def audit(event, args):
@@ -29,6 +30,8 @@ def profile(frame, event, arg):
         counts["install_calls"] += 1
     elif code.co_filename.endswith("/tfboot/__init__.py") and code.co_name == "<module>":
         counts["package_bodies"] += 1
+    elif code.co_filename.endswith("/tfboot/__init__.py") and code.co_name == "_start":
+        counts["start_calls"] += 1
 
 
 def origin(finder):
