@@ -5,9 +5,9 @@ A partial uninstall, or an image layer that deleted the ``tfboot`` folder, leave
 one-file stand-in, ``tfboot.py``, beside the folder: Python prefers the package while its
 folder exists, and imports the stand-in only when it is gone. Each test builds a bare
 virtual environment holding the release's ``tfboot.pth`` and ``tfboot.py`` (the package
-folder absent, or present as the control) and runs ``python -c pass`` in it. Run on this test environment's
-Python and on every other ``python3.N`` found on PATH (the 3.13 to 3.15 images run the
-same start-up files in tests/docker).
+folder absent, or present as the control) and runs ``python -c pass`` in it. Run on this
+test environment's Python and on every other ``python3.N`` found on PATH (the 3.13 to
+3.15 images run the same start-up files in tests/docker).
 """
 
 from __future__ import annotations
