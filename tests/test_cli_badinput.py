@@ -160,3 +160,25 @@ def test_doctor_with_a_binary_env_file(tmp_path: Path) -> None:
     assert "Traceback" not in run.stderr + run.stdout
     (line,) = [x for x in run.stdout.splitlines() if "ERROR" in x]
     assert f"TFBOOT_ENV_FILE={path!r} is invalid: line 2 is not UTF-8 text" in line
+
+
+@pytest.mark.parametrize(
+    ("command", "status"),
+    [(["show"], 141), (["check"], 141), (["--help"], 0)],  # argparse ignores it for help
+)
+def test_a_reader_that_goes_away_ends_quietly(command: list[str], status: int) -> None:
+    # `tfboot show | head -1`: here the reader is gone before anything is written.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "tfboot", *command],
+            env=scenario_env({"MEMORY_LIMIT_MB": "6144"}),
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert (run.returncode, run.stderr) == (status, "")

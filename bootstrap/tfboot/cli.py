@@ -290,7 +290,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:
+        # The reader went away (`tfboot show | head -1`): stop quietly, as other tools do.
+        # stdout is pointed at devnull so the interpreter's final flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by the signal
+
+
+def _run(argv: list[str]) -> int:
     if argv[:1] == ["manifests"]:  # its own parser: options before PATHs, and its own --help
         from .manifests import main as manifests_main
 
