@@ -220,14 +220,18 @@ def write_png(cells: dict[Cell, Sample], path: Path) -> None:
     from charts import pyplot, save
 
     plt = pyplot()
-    labels = [f"--cpus={cpus:g}\n{setting.replace(', ', chr(10))}" for _, cpus, setting in cells]
+    labels = [
+        f"--cpus={cpus:g}\n{'tfboot auto' if setting == AUTO else 'TF default'}\n"
+        f"{','.join(str(t) for t in sorted(sample.intra_threads))} threads"
+        for (_, cpus, setting), sample in cells.items()
+    ]
     colors = ["#5cb85c" if setting == AUTO else "#999999" for _, _, setting in cells]
     panels = (
         ("steps/s (higher is better)", lambda s: s.steps_per_s),
         ("p99 step time, ms (lower is better)", lambda s: s.p99_ms),
         ("throttled ms per s (lower is better)", lambda s: s.throttled_ms_per_s),
     )
-    figure, axes = plt.subplots(len(panels), 1, figsize=(8, 7.5), sharex=True)
+    figure, axes = plt.subplots(len(panels), 1, figsize=(10, 7.5), sharex=True)
     for ax, (title, value) in zip(axes, panels, strict=False):
         ax.bar(range(len(cells)), [value(s) for s in cells.values()], color=colors)
         ax.set_title(title, fontsize=10)
