@@ -96,6 +96,16 @@ def run_module(
     )
 
 
+def problem_text(env: Mapping[str, str]) -> str:
+    """The message of the ``ConfigError`` that resolving ``env`` must raise."""
+    import pytest
+    from tfboot import ConfigError, resolve
+
+    with pytest.raises(ConfigError) as info:
+        resolve(env)
+    return str(info.value)
+
+
 def last_json(stdout: str) -> dict:
     """The last line of ``stdout`` that parses as a JSON object."""
     for line in reversed(stdout.strip().splitlines()):

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from support import problem_text
 from tfboot import ConfigError, resolve
 from tfboot.cpu import CpuBudget
 from tfboot.plan import make_plan
 from tfboot.settings import MAX_CPU_THREADS, MAX_MEMORY_MB
 
 HUGE = "9" * 100_000  # past Python's int-string limit (4300 digits)
-
-
-def problem_text(env: dict[str, str]) -> str:
-    with pytest.raises(ConfigError) as info:
-        resolve(env)
-    return str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -5,13 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support import problem_text
 from tfboot import ConfigError, resolve
-
-
-def problem_text(env: dict[str, str]) -> str:
-    with pytest.raises(ConfigError) as info:
-        resolve(env)
-    return str(info.value)
 
 
 @pytest.mark.parametrize(
