@@ -76,7 +76,7 @@ def _compile(tf_dir: Path, output: Path) -> None:
     cmd = [
         compiler, "-O2", "-fPIC", "-shared", "-std=c11", "-Wall",
         f"-I{tf_dir / 'include'}", str(SOURCE), "-o", str(output),
-        f"-L{tf_dir}", f"-l:{FRAMEWORK_LIB}", f"-Wl,-rpath,{tf_dir}", "-lpthread",
+        f"-L{tf_dir}", f"-l:{FRAMEWORK_LIB}", f"-Wl,-rpath,{tf_dir}", "-lpthread", "-lrt",
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
