@@ -36,8 +36,7 @@ from typing import Any
 import pytest
 from container_runs import QUIET_TF, Outcome
 from kustomize import REPO, copy_k8s, documents, render_text, set_literal
-from simgpu.conftest import ready_plugin
-from simgpu.scenarios import STABLE_PYTHON
+from simgpu.scenarios import STABLE_PYTHON, ready_plugin
 from test_pod_emulation import pod_run
 
 import docker

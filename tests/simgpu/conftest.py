@@ -10,22 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import unavailable
 
-from simgpu.build import BuildError, build_plugin
-from simgpu.scenarios import NIGHTLY_PYTHON, STABLE_PYTHON, SimGpu, venv_problem
-
-
-def ready_plugin(python: Path) -> Path:
-    """The plugin for ``python``'s TensorFlow, once that venv is usable."""
-    problem = venv_problem(python)
-    if problem is not None:
-        unavailable(problem)
-    try:
-        return build_plugin(python)
-    except BuildError as exc:
-        unavailable(str(exc))
-        raise
+from simgpu.scenarios import NIGHTLY_PYTHON, STABLE_PYTHON, SimGpu, ready_plugin
 
 
 @pytest.fixture(scope="session")

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from support import REPO, last_json, run_module, run_python, scenario_env
+from support import REPO, last_json, run_module, run_python, scenario_env, unavailable
 
+from simgpu.build import BuildError, build_plugin
 from simgpu.segment import DeviceAccount, read_account, remove_segments
 
 MIB = 1 << 20
@@ -47,6 +48,18 @@ def venv_problem(python: Path) -> str | None:
     if proc.returncode != 0:
         return f"{python.relative_to(REPO)}: {proc.stderr.strip().splitlines()[-1]}"
     return None
+
+
+def ready_plugin(python: Path) -> Path:
+    """The plugin for ``python``'s TensorFlow, once that venv is usable."""
+    problem = venv_problem(python)
+    if problem is not None:
+        unavailable(problem)
+    try:
+        return build_plugin(python)
+    except BuildError as exc:
+        unavailable(str(exc))
+        raise
 
 
 def venvs_problem(*pythons: Path) -> str | None:
