@@ -101,7 +101,12 @@ class TestK8s:
         assert built("k8s", env)["cluster"] == {"worker": ["10.0.0.5:2222", "[fd00::6]:2222"]}
 
     def test_index_out_of_range(self) -> None:
-        assert "task worker:2 is out of range" in error("k8s", {**K8S, "JOB_COMPLETION_INDEX": "2"})
+        # The error names the variable the index came from, with its value as given.
+        text = error("k8s", {**K8S, "JOB_COMPLETION_INDEX": "2"})
+        assert "JOB_COMPLETION_INDEX='2' is invalid: expected a worker index from 0 to 1" in text
+        huge = "9" * 40
+        text = error("k8s", {**K8S, "DIST_TASK_INDEX": huge})
+        assert f"DIST_TASK_INDEX='{huge}' is invalid: expected a worker index from 0 to 1" in text
 
     def test_required_variables_are_all_named(self) -> None:
         message = error("k8s", {})

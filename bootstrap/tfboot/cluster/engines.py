@@ -111,7 +111,7 @@ def _k8s(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
             problems.append(Problem("JOB_COMPLETION_INDEX", raw, "expected an integer from 0"))
         else:
             index = digits(raw)
-            sources["index"] = f"JOB_COMPLETION_INDEX={index}"
+            sources["index"] = f"JOB_COMPLETION_INDEX={raw.strip()}"
     if problems:
         raise ConfigError(problems)
     assert cluster.tasks is not None and cluster.hosts is not None and index is not None
@@ -119,6 +119,19 @@ def _k8s(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
     sources["tasks"] = cluster.source("DIST_TASKS")
     sources["hosts"] = cluster.source("DIST_HOSTS")
     kind = cluster.task_type or "worker"
+    count = dict(cluster.tasks).get(kind)
+    if count is not None and index >= count:
+        name = "DIST_TASK_INDEX" if cluster.task_index is not None else "JOB_COMPLETION_INDEX"
+        raw = cluster.given[name][0] if name in cluster.given else _given(env, name)
+        raise ConfigError(
+            Problem(
+                name,
+                raw,
+                f"expected a {kind} index from 0 to {count - 1}: "
+                f"DIST_TASKS has {count} {kind} task(s)",
+                f"DIST_TASKS must count every {kind} task (under an Indexed Job: its completions)",
+            )
+        )
     config = _checked(addresses, kind, index)
     if config.address and not config.address.endswith(f":{cluster.port or K8S_PORT}"):
         sources["port"] = "explicit in DIST_HOSTS"
