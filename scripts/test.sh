@@ -40,8 +40,9 @@ if [ "$#" -eq 0 ]; then
     say "building the test images in the background (log: .cache/docker/prebuild.log)"
     .venv/bin/python tests/docker/image_builds.py --all >.cache/docker/prebuild.log 2>&1 &
     prebuild=$!
+    trap 'kill "$prebuild" 2>/dev/null || true' EXIT  # never outlive this script
 fi
 status=0
 .venv/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -rs "$@" || status=$?
-if [ -n "$prebuild" ]; then wait "$prebuild" || true; fi
+if [ -n "$prebuild" ] && [ "$status" -eq 0 ]; then wait "$prebuild" || true; fi
 exit "$status"

@@ -6,13 +6,16 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import __version__
 from .errors import ConfigError
+from .numbers import digits
+from .settings import MAX_MEMORY_MB
 
 MIN_CAP_MB = 64  # selftest: room for growth's first regions in each half of a split
+MAX_TIMEOUT_S = 86400  # selftest: a day per row is already far past any sane wait
 
 DESCRIPTION = """\
 tfboot applies environment variables to TensorFlow at `import tensorflow`, with no change
@@ -168,17 +171,21 @@ def _gpu_list(value: str) -> tuple[int, ...] | None:
     return chosen
 
 
-def _positive(value: str) -> int:
-    if not (value.isascii() and value.isdigit() and int(value) > 0):
-        raise argparse.ArgumentTypeError(f"{value!r}: expected a positive integer")
-    return int(value)
+def _bounded(low: int, high: int, unit: str) -> Callable[[str], int]:
+    """An argparse type: an integer from ``low`` to ``high``."""
+
+    def parse(value: str) -> int:
+        number = digits(value)
+        if number is None or not low <= number <= high:
+            given = value if len(value) <= 40 else f"{value[:40]}... ({len(value)} characters)"
+            raise argparse.ArgumentTypeError(f"{given!r}: expected {unit} from {low} to {high}")
+        return number
+
+    return parse
 
 
-def _cap_mb(value: str) -> int:
-    cap = _positive(value)
-    if cap < MIN_CAP_MB:
-        raise argparse.ArgumentTypeError(f"{value!r}: expected at least {MIN_CAP_MB} MiB")
-    return cap
+_cap_mb = _bounded(MIN_CAP_MB, MAX_MEMORY_MB, "a number of MiB")
+_timeout_s = _bounded(1, MAX_TIMEOUT_S, "a number of seconds")
 
 
 def _row_names(value: str) -> tuple[str, ...]:
@@ -271,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     selftest.add_argument(
         "--timeout",
-        type=_positive,
+        type=_timeout_s,
         default=180,
         metavar="SECONDS",
         help="time one row may take before it counts as failed (default 180)",
