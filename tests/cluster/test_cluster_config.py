@@ -257,6 +257,31 @@ class TestFoundTfConfig:
         assert message.startswith("TF_CONFIG=") or "TF_CONFIG=" in message
         assert why in message
 
+    def test_sparse_form_is_read_by_index(self) -> None:
+        sparse = {"cluster": {"worker": {"1": "b:1", "0": "a:1", "2": "c:1"}}}
+        config = {**sparse, "task": {"type": "worker", "index": 1}}
+        cluster = plan_cluster("auto", {"TF_CONFIG": json.dumps(config)})
+        assert cluster.identity.config is not None
+        assert cluster.identity.config.cluster == {"worker": ["a:1", "b:1", "c:1"]}
+        assert cluster.peers == ["a:1", "c:1"]
+
+    @pytest.mark.parametrize(
+        ("keys", "why"),
+        [
+            ([" 0", "1"], "index ' 0', not 0, 1, 2"),
+            (["+1", "0"], "index '+1', not 0, 1, 2"),
+            (["1_0", "0"], "index '1_0', not 0, 1, 2"),
+            (["\u0660", "1"], "not 0, 1, 2"),  # ARABIC-INDIC DIGIT ZERO
+            (["01", "1"], "index 1 twice"),
+            (["0", "2"], "gaps in its indexes [0, 2]"),
+        ],
+    )
+    def test_sparse_form_takes_only_plain_digit_keys(self, keys: list[str], why: str) -> None:
+        workers = {key: f"h{i}:1" for i, key in enumerate(keys)}
+        config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": 0}}
+        message = error("auto", {"TF_CONFIG": json.dumps(config)})
+        assert message.startswith("TF_CONFIG=") and why in message
+
     def test_evaluator_may_be_absent_from_the_cluster(self) -> None:
         config = {"cluster": {"worker": ["a:1"]}, "task": {"type": "evaluator", "index": 0}}
         assert plan_cluster("auto", {"TF_CONFIG": json.dumps(config)}).peers == ["a:1"]

@@ -58,8 +58,19 @@ names = st.sampled_from(
     [*NAMES, "JOB_COMPLETION_INDEX", "SLURM_PROCID", "SLURM_STEP_NODELIST",
      "SLURM_STEP_TASKS_PER_NODE", "SLURMD_NODENAME", "SLURM_LOCALID", "HTTPS_PROXY", "no_proxy"]
 )  # fmt: skip
+index_keys = st.one_of(
+    st.sampled_from(["0", "1", "2", "01", " 0", "+1", "1_0", "\u0661", "-1", "1e0", ""]),
+    st.text(alphabet="0123456789 +_-", max_size=3),
+)
+sparse = st.dictionaries(index_keys, st.sampled_from(["a:1", "b:2", "c:3", 1, None]), max_size=4)
+sparse_configs = st.tuples(
+    st.dictionaries(st.sampled_from(["chief", "worker", "ps"]), sparse, max_size=2),
+    st.sampled_from(["worker", "chief", "ps"]),
+    st.integers(0, 3),
+).map(lambda t: json.dumps({"cluster": t[0], "task": {"type": t[1], "index": t[2]}}))
 tf_configs = st.one_of(
     st.text(max_size=40),
+    sparse_configs,
     st.recursive(
         st.one_of(st.none(), st.booleans(), st.integers(-2, 3), st.sampled_from(["worker", "a:1"])),
         lambda inner: st.one_of(

@@ -82,13 +82,19 @@ def _addresses(kind: str, value: Any) -> list[Any]:
     if isinstance(value, list):
         return value
     if isinstance(value, Mapping):  # ClusterSpec's sparse form, index -> address
-        try:
-            keys = sorted(int(k) for k in value)
-        except (TypeError, ValueError):
-            raise ValueError(f"cluster.{kind} has a non-integer index") from None
+        indexes: dict[int, Any] = {}  # index -> the key as written
+        for key in value:
+            text = str(key)
+            index = digits(text) if text.isascii() and text.isdigit() else None
+            if index is None:
+                raise ValueError(f"cluster.{kind} has index {shown(repr(key))}, not 0, 1, 2 ...")
+            if index in indexes:
+                raise ValueError(f"cluster.{kind} has index {index} twice")
+            indexes[index] = key
+        keys = sorted(indexes)
         if keys != list(range(len(keys))):
             raise ValueError(f"cluster.{kind} has gaps in its indexes {keys[:8]}")
-        return [value[k] if k in value else value[str(k)] for k in keys]
+        return [value[indexes[k]] for k in keys]
     raise ValueError(f"cluster.{kind} is not a list of addresses")
 
 
