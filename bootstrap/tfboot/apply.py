@@ -95,8 +95,8 @@ def _configure(tf: ModuleType, env: Mapping[str, str]) -> Result:
         from .cluster.watcher import watch
 
         timeout = cluster.settings.startup_timeout
-        watch(cluster.peers, timeout, quiet=control(env, LOG) == "quiet")
-        calls.append(f"peer watcher started for {len(cluster.peers)} peer(s)")
+        if watch(cluster.peers, timeout, quiet=control(env, LOG) == "quiet") is not None:
+            calls.append(f"peer watcher started for {len(cluster.peers)} peer(s)")
     return Result(settings=settings, plan=plan, calls=calls, warnings=warnings, cluster=cluster)
 
 

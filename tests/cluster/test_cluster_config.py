@@ -148,6 +148,17 @@ class TestK8s:
         message = error("k8s", {**K8S, "TF_CONFIG": '{"cluster": {}}'})
         assert "TF_CONFIG is already set" in message and "DISTRIBUTED=auto" in message
 
+    def test_the_tf_config_it_builds_is_accepted_when_inherited(self) -> None:
+        tf_config = plan_cluster("k8s", K8S).tf_config
+        assert tf_config is not None
+        cluster = plan_cluster("k8s", {**K8S, "TF_CONFIG": tf_config})
+        assert cluster.tf_config is None and cluster.environ == {}  # nothing set again
+        assert cluster.peers == ["train-0.train:2222"]
+        assert "TF_CONFIG inherited, the one tfboot builds here, checked" in cluster.line()
+        assert cluster.identity.sources["tf_config"] == "inherited"
+        other = tf_config.replace('"index":1', '"index":0')
+        assert "TF_CONFIG is already set" in error("k8s", {**K8S, "TF_CONFIG": other})
+
 
 class TestSlurm:
     def test_block_distribution_node9_node10(self) -> None:

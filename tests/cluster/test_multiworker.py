@@ -157,6 +157,51 @@ def test_missing_peers_are_named_then_the_startup_timeout_ends_the_worker() -> N
     assert "DIST_STARTUP_TIMEOUT=5 reached, ending this worker (exit status 1)" in lines[-1]
 
 
+SPAWN = """
+import json, multiprocessing, os
+import tensorflow
+from tfboot.apply import last_result
+
+def child(queue):
+    import tensorflow
+    result = last_result()
+    queue.put({"error": result.error, "calls": result.calls, "line": result.cluster.line(),
+               "marker": os.environ.get("TFBOOT_PEERS_WATCHED_BY")})
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=child, args=(queue,))
+    process.start()
+    process.join(120)
+    seen = queue.get(timeout=5) if process.exitcode == 0 else None
+    calls = last_result().calls
+    print(json.dumps({"child": seen, "exit": process.exitcode, "pid": os.getpid(), "calls": calls}))
+"""
+
+
+def test_a_spawned_child_inherits_tf_config_and_starts_no_second_watcher(tmp_path) -> None:
+    own, absent = free_ports(2)
+    env = {
+        "DISTRIBUTED": "k8s",
+        "DIST_TASKS": "2",
+        "DIST_HOSTS": f"worker=localhost:{own},localhost:{absent}",
+        "JOB_COMPLETION_INDEX": "0",
+        "TFBOOT_ON_ERROR": "raise",
+    }
+    script = tmp_path / "spawn_child.py"
+    script.write_text(SPAWN)
+    result = run_python(script, env, timeout=LIMIT_S)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = last_json(result.stdout)
+    assert out["exit"] == 0 and out["child"]["error"] is None, result.stderr[-3000:]
+    assert "peer watcher started for 1 peer(s)" in out["calls"]
+    assert out["child"]["marker"] == str(out["pid"])
+    assert not any("peer watcher" in call for call in out["child"]["calls"]), out
+    assert "TF_CONFIG inherited" in out["child"]["line"]
+    assert not any(call.startswith("os.environ['TF_CONFIG']") for call in out["child"]["calls"])
+
+
 def test_replicas_mismatch_fails_the_import() -> None:
     env = {
         "DISTRIBUTED": "k8s",

@@ -46,20 +46,9 @@ def _given(env: Mapping[str, str], name: str) -> str | None:
 
 def detect(mode: str, cluster: ClusterSettings, env: Mapping[str, str]) -> str:
     """The engine for ``DISTRIBUTED=mode``: k8s, slurm, tf_config or single."""
-    found = _given(env, VARIABLE)
     if mode in ("k8s", "slurm"):
-        if found is not None:
-            raise ConfigError(
-                Problem(
-                    "DISTRIBUTED",
-                    mode,
-                    f"{VARIABLE} is already set, and tfboot never overrides it silently",
-                    f"unset {VARIABLE} to let tfboot build it, or use DISTRIBUTED=auto to only "
-                    "check the one given",
-                )
-            )
         return mode
-    if found is not None:
+    if _given(env, VARIABLE) is not None:
         return "tf_config"
     if _given(env, "SLURM_PROCID") and _given(env, "SLURM_STEP_NODELIST"):
         return "slurm"
@@ -75,11 +64,40 @@ def identify(mode: str, cluster: ClusterSettings, env: Mapping[str, str]) -> Ide
     if engine == "tf_config":
         config = check(env[VARIABLE])
         return Identity(engine, config, sources=dict.fromkeys(("type", "index", "hosts"), VARIABLE))
-    if engine == "k8s":
-        return _k8s(cluster, env)
-    if engine == "slurm":
-        return _slurm(cluster, env)
+    if engine in ("k8s", "slurm"):
+        return _built(engine, cluster, env)
     return Identity(engine)
+
+
+def _built(mode: str, cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
+    """The ``TF_CONFIG`` tfboot builds; one already set is accepted only if it is the same.
+
+    A child process (a subprocess, a multiprocessing worker) inherits the parent's
+    ``DISTRIBUTED`` and the ``TF_CONFIG`` tfboot set there: the same, so nothing is overridden.
+    """
+    found = _given(env, VARIABLE)
+    try:
+        identity = _k8s(cluster, env) if mode == "k8s" else _slurm(cluster, env)
+        if found is None:
+            return identity
+        same = check(found) == identity.config
+    except ConfigError:
+        if found is None:
+            raise
+        same = False
+    if not same:
+        raise ConfigError(
+            Problem(
+                "DISTRIBUTED",
+                mode,
+                f"{VARIABLE} is already set, to another cluster than the one DISTRIBUTED={mode} "
+                "builds here, and tfboot never overrides it silently",
+                f"unset {VARIABLE} to let tfboot build it, or use DISTRIBUTED=auto to only "
+                "check the one given",
+            )
+        )
+    sources = {**identity.sources, "tf_config": "inherited"}
+    return Identity(mode, identity.config, build=False, sources=sources)
 
 
 def _require(cluster: ClusterSettings, name: str, why: str) -> Problem | None:

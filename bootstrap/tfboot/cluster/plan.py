@@ -51,6 +51,8 @@ class ClusterPlan:
             return "cluster: single node (DISTRIBUTED=auto found no engine); TF_CONFIG not set"
         src = identity.sources
         action = "TF_CONFIG built" if identity.build else "TF_CONFIG found, checked"
+        if src.get("tf_config") == "inherited":
+            action = "TF_CONFIG inherited, the one tfboot builds here, checked"
         own = config.address
         port = own.rpartition(":")[2] if own else "none (evaluator outside the cluster)"
         parts = [

@@ -41,6 +41,9 @@ PROBE_S = 1.0  # pause between the end of one peer's probe and the next
 CONNECT_TIMEOUT_S = 2.0
 EXIT_MARGIN_S = 1.0  # the worker ends this long after the child's last line
 ANSWERED, TIMED_OUT = 0, 3  # the child's exit statuses
+# Set by tfboot to the pid of the process whose child watches the peers, so that its
+# descendants (subprocesses, multiprocessing workers importing TensorFlow) start no second one.
+MARKER = "TFBOOT_PEERS_WATCHED_BY"
 NO_ANSWER = "no answer yet"
 _keep: list[object] = []  # faulthandler's file, open as long as the watchdog may fire
 
@@ -158,7 +161,12 @@ def _cancel_when_answered(child: subprocess.Popen[bytes], timeout: float | None)
 
 
 def watch(peers: list[str], timeout: float | None, quiet: bool) -> subprocess.Popen[bytes] | None:
-    """Start the watcher child for ``peers``; with ``timeout``, arm the exit. Never blocks."""
+    """Start the watcher child for ``peers``; with ``timeout``, arm the exit. Never blocks.
+
+    None, starting nothing, in a descendant of a process that watches them already.
+    """
+    if os.environ.get(MARKER, str(os.getpid())) != str(os.getpid()):
+        return None
     started = time.monotonic()
     args = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()), repr(started)]
     args += [str(timeout or 0), "quiet" if quiet else "info", *peers]
@@ -167,6 +175,7 @@ def watch(peers: list[str], timeout: float | None, quiet: bool) -> subprocess.Po
     except OSError as exc:  # no interpreter to run (an embedded Python): say so, go on
         _emit("warning", f"cluster: the peer watcher could not start ({exc}); peers not watched")
         return None
+    os.environ[MARKER] = str(os.getpid())
     if timeout is not None:
         sink = open(os.devnull, "w")  # noqa: SIM115 - held open while the watchdog is armed
         _keep.append(sink)
