@@ -19,14 +19,17 @@ With ``DIST_STARTUP_TIMEOUT=S`` the child prints one line naming the peers still
 after S seconds, and the worker ends with exit status 1 through ``faulthandler``'s
 watchdog (a C thread that needs no interpreter lock and also works when the worker is
 PID 1, which other processes cannot kill); TensorFlow swallows SIGTERM under the strategy
-anyway. A thread of the worker cancels that watchdog once the child reports every peer
-answered.
+anyway. A thread of the worker cancels that watchdog once the child ends in any other way
+than the timeout: every peer answered, or the child itself was killed (then with a warning
+that peers are no longer watched). The child runs in a session of its own and ignores
+SIGINT, so a terminal's Ctrl-C does not end it behind the worker's back.
 """
 
 from __future__ import annotations
 
 import faulthandler
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -155,9 +158,15 @@ def run(parent: int, started: float, peers: list[str], timeout: float | None, qu
     return ANSWERED
 
 
-def _cancel_when_answered(child: subprocess.Popen[bytes], timeout: float | None) -> None:
-    if child.wait() == ANSWERED and timeout is not None:
+def _follow(child: subprocess.Popen[bytes], timeout: float | None) -> None:
+    """Once the child ends without reaching the timeout, nothing may end the worker."""
+    status = child.wait()
+    if status == TIMED_OUT:
+        return
+    if timeout is not None:
         faulthandler.cancel_dump_traceback_later()
+    if status != ANSWERED:
+        _emit("warning", f"cluster: peer watcher ended (status {status}); peers no longer watched")
 
 
 def watch(peers: list[str], timeout: float | None, quiet: bool) -> subprocess.Popen[bytes] | None:
@@ -171,7 +180,9 @@ def watch(peers: list[str], timeout: float | None, quiet: bool) -> subprocess.Po
     args = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()), repr(started)]
     args += [str(timeout or 0), "quiet" if quiet else "info", *peers]
     try:
-        child = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        child = subprocess.Popen(  # its own session: a terminal's Ctrl-C reaches only the worker
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True
+        )
     except OSError as exc:  # no interpreter to run (an embedded Python): say so, go on
         _emit("warning", f"cluster: the peer watcher could not start ({exc}); peers not watched")
         return None
@@ -181,13 +192,14 @@ def watch(peers: list[str], timeout: float | None, quiet: bool) -> subprocess.Po
         _keep.append(sink)
         faulthandler.dump_traceback_later(timeout + EXIT_MARGIN_S, exit=True, file=sink)
     waiter = threading.Thread(
-        target=_cancel_when_answered, args=(child, timeout), name="tfboot-peers", daemon=True
+        target=_follow, args=(child, timeout), name="tfboot-peers", daemon=True
     )
     waiter.start()
     return child
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the worker decides on an interrupt
     _parent, _started, _timeout, _level, *_peers = sys.argv[1:]
     _code = run(int(_parent), float(_started), _peers, float(_timeout) or None, _level == "quiet")
     sys.exit(_code)
