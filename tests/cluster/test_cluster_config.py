@@ -100,6 +100,22 @@ class TestK8s:
         }
         assert built("k8s", env)["cluster"] == {"worker": ["10.0.0.5:2222", "[fd00::6]:2222"]}
 
+    @pytest.mark.parametrize(
+        ("kind", "index", "peers"),
+        [
+            ("worker", "0", ["w-1.t:2222"]),  # not the evaluator: it starts no server
+            ("evaluator", "0", []),  # an evaluator waits for nobody
+        ],
+    )
+    def test_nobody_watches_the_evaluator(self, kind: str, index: str, peers: list[str]) -> None:
+        env = {
+            "DIST_TASKS": "worker=2,evaluator=1",
+            "DIST_HOSTS": "worker=w-{i}.t;evaluator=e-{i}.t",
+            "DIST_TASK_TYPE": kind,
+            "DIST_TASK_INDEX": index,
+        }
+        assert plan_cluster("k8s", env).peers == peers
+
     def test_index_out_of_range(self) -> None:
         # The error names the variable the index came from, with its value as given.
         text = error("k8s", {**K8S, "JOB_COMPLETION_INDEX": "2"})
@@ -295,7 +311,7 @@ class TestFoundTfConfig:
 
     def test_evaluator_may_be_absent_from_the_cluster(self) -> None:
         config = {"cluster": {"worker": ["a:1"]}, "task": {"type": "evaluator", "index": 0}}
-        assert plan_cluster("auto", {"TF_CONFIG": json.dumps(config)}).peers == ["a:1"]
+        assert plan_cluster("auto", {"TF_CONFIG": json.dumps(config)}).peers == []
 
     def test_a_huge_value_is_not_echoed(self) -> None:
         message = error("auto", {"TF_CONFIG": "{" + "x" * 100_000})

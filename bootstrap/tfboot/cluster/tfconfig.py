@@ -41,9 +41,15 @@ class TfConfig:
 
     @property
     def peers(self) -> list[str]:
-        """Every address of the cluster except this task's own."""
+        """The addresses this task waits for: every chief, worker and ps but its own.
+
+        An evaluator starts no server the others can wait on, and waits for nobody.
+        """
+        if self.task_type == "evaluator":
+            return []
         own = self.address
-        return [a for addresses in self.cluster.values() for a in addresses if a != own]
+        servers = [a for kind, group in self.cluster.items() if kind != "evaluator" for a in group]
+        return [a for a in servers if a != own]
 
     @property
     def size(self) -> int:
