@@ -12,8 +12,9 @@ try, twice), and ``getaddrinfo`` takes no timeout. Each peer is therefore probed
 short-lived daemon thread of its own, at most one at a time per peer, while the main loop
 keeps the clock: the first wait line comes within ``FIRST_LINE_S``, a resolution still
 running after ``RESOLVE_S`` is reported as "DNS: no answer yet", and the startup timeout is
-checked on time, whatever DNS does. The clock starts when the worker starts the child
-(``CLOCK_MONOTONIC`` is shared by all processes), not when the child gets going.
+checked on time, whatever DNS does. The clock starts when the worker starts the child, at
+``import tensorflow`` (``CLOCK_MONOTONIC`` is shared by all processes), not when the child
+gets going nor when the strategy is built: data loading before that counts too.
 
 With ``DIST_STARTUP_TIMEOUT=S`` the child prints one line naming the peers still missing
 after S seconds, and the worker ends with exit status 1 through ``faulthandler``'s
@@ -23,6 +24,12 @@ anyway. A thread of the worker cancels that watchdog once the child ends in any 
 than the timeout: every peer answered, or the child itself was killed (then with a warning
 that peers are no longer watched). The child runs in a session of its own and ignores
 SIGINT, so a terminal's Ctrl-C does not end it behind the worker's back.
+
+The cancel runs in Python, so it needs the interpreter lock, which TensorFlow holds while
+it waits in C++. The watchdog therefore fires ``EXIT_MARGIN_S`` after the timeout: a group
+whose last peer answers just before the deadline is not ended while TensorFlow reconnects.
+The window left: a peer answering that late whose TensorFlow still holds the lock
+``EXIT_MARGIN_S`` later (it retries every few seconds) is ended all the same.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ FIRST_LINE_S = 2.0  # the first wait line comes this long after start at the lat
 RESOLVE_S = 2.0  # a retried resolution running longer is reported as "DNS: no answer yet"
 PROBE_S = 1.0  # pause between the end of one peer's probe and the next
 CONNECT_TIMEOUT_S = 2.0
-EXIT_MARGIN_S = 1.0  # the worker ends this long after the child's last line
+EXIT_MARGIN_S = 5.0  # the worker ends this long after the timeout (the child's last line)
 ANSWERED, TIMED_OUT = 0, 3  # the child's exit statuses
 # Set by tfboot to the pid of the process whose child watches the peers, so that its
 # descendants (subprocesses, multiprocessing workers importing TensorFlow) start no second one.
