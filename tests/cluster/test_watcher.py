@@ -62,7 +62,7 @@ print("survived", flush=True)
 
 
 def test_a_peer_answering_just_before_the_deadline_leaves_the_margin_to_reconnect() -> None:
-    """The last peer answers at about 2 s of 3; the lock is held until 5.5 s, past 3 + 1."""
+    """The last peer answers at about 2 s of 3; the lock is held until 5.5 s, past a 1 s margin."""
     (port,) = free_ports(1)
     code = LATE.format(port=port, timeout=3, busy=5.5, margin=EXIT_MARGIN_S)
     result = run_python(code, timeout=60)
