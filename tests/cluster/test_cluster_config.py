@@ -160,6 +160,11 @@ class TestK8s:
         message = error("k8s", {**K8S, name: value})
         assert f"{name}={value!r}" in message and accepted in message
 
+    @pytest.mark.parametrize("value", ["abc", "0", "-1", "2.5"])
+    def test_a_task_count_bound_is_named_only_when_exceeded(self, value: str) -> None:
+        assert "at most" not in error("k8s", {**K8S, "DIST_TASKS": value})
+        assert "at most 100000 tasks" in error("k8s", {**K8S, "DIST_TASKS": "100001"})
+
     def test_existing_tf_config_is_never_overridden(self) -> None:
         message = error("k8s", {**K8S, "TF_CONFIG": '{"cluster": {}}'})
         assert "TF_CONFIG is already set" in message and "DISTRIBUTED=auto" in message

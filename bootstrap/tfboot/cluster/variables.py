@@ -79,7 +79,8 @@ def parse_tasks(name: str, value: str) -> tuple[tuple[str, int], ...]:
     if "=" not in value:
         count = _count(value)
         if count is None or count > MAX_HOSTS:
-            raise ConfigError(Problem(name, value, TASKS_ACCEPTED, f"at most {MAX_HOSTS} tasks"))
+            hint = f"at most {MAX_HOSTS} tasks" if count else ""
+            raise ConfigError(Problem(name, value, TASKS_ACCEPTED, hint))
         return (("worker", count),)
     tasks: dict[str, int] = {}
     for part in value.split(","):
