@@ -116,6 +116,7 @@ def _k8s(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
         sources["index"] = cluster.source("DIST_TASK_INDEX")
     else:
         raw = _given(env, "JOB_COMPLETION_INDEX")
+        index = None if raw is None else digits(raw)
         if raw is None:
             problems.append(
                 Problem(
@@ -125,10 +126,9 @@ def _k8s(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
                     "run an Indexed Job (completionMode: Indexed), or set DIST_TASK_INDEX",
                 )
             )
-        elif not raw.strip().isascii() or not raw.strip().isdigit():
+        elif index is None:
             problems.append(Problem("JOB_COMPLETION_INDEX", raw, "expected an integer from 0"))
         else:
-            index = digits(raw)
             sources["index"] = f"JOB_COMPLETION_INDEX={raw.strip()}"
     if problems:
         raise ConfigError(problems)
@@ -186,13 +186,12 @@ def _checked(addresses: dict[str, list[str]], kind: str, index: int) -> TfConfig
 
 def _slurm_int(env: Mapping[str, str], name: str, problems: list[Problem]) -> int | None:
     raw = _given(env, name)
+    number = None if raw is None else digits(raw)
     if raw is None:
         problems.append(Problem(name, None, "is required under DISTRIBUTED=slurm (set by srun)"))
-    elif not raw.strip().isascii() or not raw.strip().isdigit():
+    elif number is None:
         problems.append(Problem(name, raw, "expected an integer from 0"))
-    else:
-        return digits(raw)
-    return None
+    return number
 
 
 def _slurm_layout(env: Mapping[str, str], problems: list[Problem]) -> list[tuple[str, int]]:
