@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -123,3 +124,18 @@ def unavailable(reason: str) -> None:
         pytest.fail(reason)
     print(f"skipping: {reason}", file=sys.stderr)
     pytest.skip(reason)
+
+
+def cluster_plan(mode: str, env: Mapping[str, str], plan: Any = None, gpus: int = 0) -> Any:
+    """The cluster plan for ``DISTRIBUTED=mode`` over ``env``, resolved as at import.
+
+    With ``plan`` (a ``tfboot.plan.Plan``), the local-replica check runs as after TensorFlow
+    listed ``gpus`` GPUs.
+    """
+    from tfboot.cluster.plan import plan_cluster
+    from tfboot.settings import resolve
+
+    settings = resolve({**env, "DISTRIBUTED": mode})
+    assert settings.cluster is not None
+    devices = {} if plan is None else {"replicas": plan.local_replicas(gpus)}
+    return plan_cluster(mode, settings.cluster, env, cpu_split=plan and plan.cpu_logical, **devices)

@@ -102,7 +102,9 @@ def test_environments_through_settings_plan_and_tf_config(
     try:
         plan = make_plan(resolved := resolve(env), gpus, cpu, env)
         if resolved.distributed != "off":
-            cluster = plan_cluster(resolved.distributed, env, plan, gpus)
+            assert resolved.cluster is not None
+            replicas = plan.local_replicas(gpus)
+            cluster = plan_cluster(resolved.distributed, resolved.cluster, env, replicas)
             assert cluster.tf_config is None or cluster.tf_config.startswith("{")
     except ConfigError as exc:
         assert_clean(exc)
@@ -137,7 +139,7 @@ def test_env_files_never_leak_and_raise_only_config_error(tmp_path: Path, data: 
     path = tmp_path / "fuzz.env"
     path.write_bytes(data)
     try:
-        read_env_file(str(path), FILE_NAMES)
+        read_env_file(str(path), FILE_NAMES, {"PLANTED": SECRET})
     except ConfigError as exc:
         assert_clean(exc)
         assert "s3cret" not in str(exc)

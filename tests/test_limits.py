@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from support import problem_text
+from support import cluster_plan, problem_text
 from tfboot import ConfigError, resolve
 from tfboot.cpu import CpuBudget
 from tfboot.plan import make_plan
@@ -88,7 +88,6 @@ def test_threads_above_the_schedulable_cpus_warn_once(threads: int, warned: bool
     ],
 )  # fmt: skip
 def test_cluster_numbers_of_any_size_are_config_errors(env: dict[str, str]) -> None:
-    from tfboot.cluster.plan import plan_cluster
-
     with pytest.raises(ConfigError):
-        plan_cluster(resolve(env).distributed, {"JOB_COMPLETION_INDEX": "0", **env})
+        env = {"JOB_COMPLETION_INDEX": "0", **env}
+        cluster_plan(env["DISTRIBUTED"], env)

@@ -11,17 +11,23 @@ import sys
 import threading
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import report
 from .cpu import cpu_budget
 from .errors import ConfigError, Problem
 from .plan import Plan, make_plan, needs_devices
 from .report import Result
-from .settings import DISABLE, LOG, ON_ERROR, control, disabled, resolve
+from .settings import DISABLE, ON_ERROR, Settings, disabled, read_control, resolve
+
+if TYPE_CHECKING:
+    from .cluster.plan import ClusterPlan
 
 _lock = threading.RLock()
 _result: Result | None = None
+# The settings validated before TensorFlow's code ran, for the configuration right after it:
+# one resolution per import, reused only if the environment is still the same.
+_validated: tuple[dict[str, str], Settings] | None = None
 
 
 def last_result() -> Result | None:
@@ -29,23 +35,37 @@ def last_result() -> Result | None:
     return _result
 
 
+def _cluster(settings: Settings, env: Mapping[str, str], **devices: Any) -> ClusterPlan | None:
+    if settings.cluster is None:
+        return None
+    from .cluster.plan import plan_cluster
+
+    return plan_cluster(settings.distributed, settings.cluster, env, **devices)
+
+
 def validate(env: Mapping[str, str] | None = None) -> None:
     """Fail fast, before TensorFlow's code runs, when the settings are invalid (raise mode)."""
+    global _validated
     env = os.environ if env is None else env
-    if _disabled(env) or control(env, ON_ERROR) != "raise":
+    if disabled(env):
         return
-    settings = resolve(env)
-    if settings.distributed != "off":
-        from .cluster.plan import plan_cluster
-
-        plan_cluster(settings.distributed, env)
-
-
-def _disabled(env: Mapping[str, str]) -> bool:
     try:
-        return disabled(env)
+        settings = resolve(env)
+        _cluster(settings, env)
     except ConfigError:
-        return False  # reported with the other problems by resolve()
+        if read_control(env, ON_ERROR) == "raise":
+            raise
+        return  # reported by apply() as a warning
+    _validated = (dict(env), settings)
+
+
+def _settings(env: Mapping[str, str]) -> Settings:
+    """The settings ``validate`` resolved for this environment, else resolved now."""
+    global _validated
+    validated, _validated = _validated, None
+    if validated is not None and validated[0] == env:
+        return validated[1]
+    return resolve(env)
 
 
 def apply(tf: ModuleType | None = None, env: Mapping[str, str] | None = None) -> Result:
@@ -56,38 +76,38 @@ def apply(tf: ModuleType | None = None, env: Mapping[str, str] | None = None) ->
     global _result
     env = os.environ if env is None else env
     with _lock:
-        if _result is not None:
-            return _result
-        if _disabled(env):
+        if _result is None and disabled(env):
             _result = Result(disabled=True, warnings=[f"{DISABLE} is on: nothing applied"])
+        if _result is not None:
             return _result
         if tf is None:
             import tensorflow as tf
-        level = control(env, LOG)
+
+            if _result is not None:  # the import hook configured it while importing
+                return _result
         try:
             result = _configure(tf, env)
         except ConfigError as exc:
-            if control(env, ON_ERROR) == "raise":
+            if read_control(env, ON_ERROR) == "raise":
                 raise
             result = Result(error=str(exc))
             report.emit("warning", f"invalid configuration, TensorFlow keeps its defaults: {exc}")
             _result = result
             return result
-        report.log_result(result, level)
+        report.log_result(result, result.settings.control.log if result.settings else "info")
         _result = result
         return result
 
 
 def _configure(tf: ModuleType, env: Mapping[str, str]) -> Result:
-    settings = resolve(env)
+    settings = _settings(env)
     # Listing devices initialises the GPU driver: only when a setting depends on them.
     gpus = tf.config.list_physical_devices("GPU") if needs_devices(settings) else []
     plan = make_plan(settings, len(gpus), cpu_budget(env), env)
-    cluster = None
-    if settings.distributed != "off":
-        from .cluster.plan import plan_cluster
-
-        cluster = plan_cluster(settings.distributed, env, plan, len(gpus))
+    cluster = _cluster(
+        settings, env, replicas=plan.local_replicas(len(gpus)), cpu_split=plan.cpu_logical
+    )
+    if cluster is not None:
         plan.environ.update(cluster.environ)
     calls = _execute(tf, plan, gpus)
     warnings = list(plan.warnings) + (cluster.warnings if cluster else [])
@@ -95,7 +115,8 @@ def _configure(tf: ModuleType, env: Mapping[str, str]) -> Result:
         from .cluster.watcher import watch
 
         timeout = cluster.settings.startup_timeout
-        if watch(cluster.peers, timeout, quiet=control(env, LOG) == "quiet") is not None:
+        quiet = settings.control.log == "quiet"
+        if watch(cluster.peers, timeout, quiet=quiet) is not None:
             calls.append(f"peer watcher started for {len(cluster.peers)} peer(s)")
     return Result(settings=settings, plan=plan, calls=calls, warnings=warnings, cluster=cluster)
 
@@ -197,20 +218,20 @@ def _describe(value: Any) -> str:
 def apply_keras(keras: ModuleType, env: Mapping[str, str] | None = None) -> str | None:
     """Set Keras's global dtype policy from ``MIXED_PRECISION``; return the policy set."""
     env = os.environ if env is None else env
-    if _disabled(env):
+    if disabled(env):
         return None
     try:
         settings = resolve(env)
     except ConfigError as exc:
         if _result is not None or "tensorflow" in sys.modules:
             return None  # the TensorFlow hook reports it (TF's import may load Keras first)
-        if control(env, ON_ERROR) == "raise":
+        if read_control(env, ON_ERROR) == "raise":
             raise
         report.emit("warning", f"invalid configuration, Keras keeps its defaults: {exc}")
         return None
     policy = settings.mixed_precision
     if policy is not None:
         keras.mixed_precision.set_global_policy(policy)
-        if control(env, LOG) == "debug":
+        if settings.control.log == "debug":
             report.emit("debug", f"keras.mixed_precision.set_global_policy({policy!r})")
     return policy

@@ -9,8 +9,11 @@ point is read, and the smallest quota wins. ``root`` points the reader at a fake
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from .values import digits
 
 
 @dataclass(frozen=True)
@@ -30,38 +33,79 @@ class _Mount:
 
 
 class CgroupError(Exception):
-    """A cgroup file exists but does not say what it should."""
+    """A cgroup or proc file cannot be read, or does not say what it should.
+
+    Messages name the file and, for a malformed one, the line; never its content.
+    """
 
 
-def _read(root: str, path: str) -> str:
-    with open(os.path.join(root, path.lstrip("/")), encoding="ascii") as f:
-        return f.read()
+class Missing(CgroupError):
+    """The file does not exist (no such cgroup level, controller or fake tree)."""
+
+
+# A kernel file larger than this is not a cgroup or proc file tfboot knows; mountinfo on a
+# node with thousands of mounts stays far below it.
+MAX_BYTES = 4 * 1024 * 1024
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
+
+def shown(path: str) -> str:
+    """A path read from a kernel file, printable: undecodable bytes as backslash escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def read_text(root: str, path: str) -> str:
+    """A kernel file's text: the one reader of cgroup and proc files.
+
+    Kernel files are bytes: they are decoded as file names are (undecodable bytes kept as
+    surrogates, so a path read here opens the same file). Raises only ``CgroupError``
+    (``Missing`` when the file does not exist).
+    """
+    full = os.path.join(root, path.lstrip("/"))
+    try:
+        with open(full, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except (FileNotFoundError, NotADirectoryError):
+        raise Missing(f"{shown(path)}: no such file") from None
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise CgroupError(f"{shown(path)}: cannot be read ({reason})") from None
+    if len(data) > MAX_BYTES:
+        raise CgroupError(f"{shown(path)}: larger than {MAX_BYTES} bytes")
+    return os.fsdecode(data)
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: the kernel writes space, tab, newline and backslash as octal."""
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
 def _memberships(root: str) -> list[tuple[int, frozenset[str], str]]:
     """``/proc/self/cgroup`` lines as (hierarchy id, controllers, path)."""
     found = []
-    for line in _read(root, "/proc/self/cgroup").splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3 or not parts[0].isdigit():
-            raise CgroupError(f"/proc/self/cgroup: unexpected line {line!r}")
-        found.append((int(parts[0]), frozenset(filter(None, parts[1].split(","))), parts[2]))
+    for number, text in enumerate(read_text(root, "/proc/self/cgroup").splitlines(), 1):
+        parts = text.split(":", 2)
+        hierarchy = digits(parts[0]) if len(parts) == 3 else None
+        if hierarchy is None:
+            raise CgroupError(f"/proc/self/cgroup: line {number} is not HIERARCHY:CONTROLLERS:PATH")
+        found.append((hierarchy, frozenset(filter(None, parts[1].split(","))), parts[2]))
     return found
 
 
 def _mounts(root: str) -> list[_Mount]:
     """cgroup and cgroup2 mounts from ``/proc/self/mountinfo``."""
     mounts = []
-    for line in _read(root, "/proc/self/mountinfo").splitlines():
-        left, sep, right = line.partition(" - ")
+    for text in read_text(root, "/proc/self/mountinfo").splitlines():
+        left, sep, right = text.partition(" - ")
         fields, tail = left.split(), right.split()
         if not sep or len(fields) < 5 or len(tail) < 3:
             continue
         fstype, superoptions = tail[0], tail[2]
+        mount_root, mountpoint = _unescape(fields[3]), _unescape(fields[4])
         if fstype == "cgroup2":
-            mounts.append(_Mount(fields[3], fields[4], 2, frozenset()))
+            mounts.append(_Mount(mount_root, mountpoint, 2, frozenset()))
         elif fstype == "cgroup":
-            mounts.append(_Mount(fields[3], fields[4], 1, frozenset(superoptions.split(","))))
+            mounts.append(_Mount(mount_root, mountpoint, 1, frozenset(superoptions.split(","))))
     return mounts
 
 
@@ -76,40 +120,37 @@ def _directories(mount: _Mount, cgroup_path: str) -> list[str]:
 
 def _v2_quota(root: str, directory: str) -> float | None:
     path = os.path.join(directory, "cpu.max")
-    fields = _read(root, path).split()
+    fields = read_text(root, path).split()
     if len(fields) != 2:
-        raise CgroupError(f"{path}: expected 'QUOTA PERIOD', got {' '.join(fields)!r}")
+        raise CgroupError(f"{shown(path)}: expected one line 'QUOTA PERIOD'")
     return _ratio(path, fields[0], fields[1], unlimited="max")
 
 
 def _v1_quota(root: str, directory: str) -> float | None:
     quota_path = os.path.join(directory, "cpu.cfs_quota_us")
-    quota = _read(root, quota_path).strip()
-    period = _read(root, os.path.join(directory, "cpu.cfs_period_us")).strip()
+    quota = read_text(root, quota_path).strip()
+    period = read_text(root, os.path.join(directory, "cpu.cfs_period_us")).strip()
     return _ratio(quota_path, quota, period, unlimited="-1")
 
 
 def _ratio(path: str, quota: str, period: str, unlimited: str) -> float | None:
     if quota == unlimited:
         return None
-    try:
-        q, p = int(quota), int(period)
-    except ValueError:
-        raise CgroupError(f"{path}: quota {quota!r} / period {period!r} are not integers") from None
-    if p <= 0 or q <= 0:
-        raise CgroupError(f"{path}: quota {q} / period {p} must both be positive")
+    q, p = digits(quota), digits(period)
+    if not q or not p:
+        raise CgroupError(f"{shown(path)}: quota and period must both be positive integers")
     return q / p
 
 
 def cpu_quota(root: str = "/") -> Quota | None:
     """The tightest CPU quota on the process's cgroup path, or None if there is none.
 
-    Raises ``CgroupError`` when a cgroup file is present but malformed.
+    Raises ``CgroupError`` (only) when a cgroup file is present but unreadable or malformed.
     """
     try:
         memberships = _memberships(root)
         mounts = _mounts(root)
-    except FileNotFoundError:
+    except Missing:
         return None
     # cgroup v1 with a cpu controller (also on hybrid hosts); otherwise the v2 unified tree.
     for hierarchy, controllers, path in memberships:
@@ -132,9 +173,9 @@ def _tightest(
     for directory in _directories(mount, path):
         try:
             cpus = read_quota(root, directory)
-        except FileNotFoundError:
+        except Missing:
             continue
         if cpus is not None and (best is None or cpus < best.cpus):
             name = "cpu.max" if mount.version == 2 else "cpu.cfs_quota_us"
-            best = Quota(cpus, os.path.join(directory, name))
+            best = Quota(cpus, shown(os.path.join(directory, name)))
     return best

@@ -11,8 +11,8 @@ from typing import Any
 
 from . import __version__
 from .errors import ConfigError
-from .numbers import digits
 from .settings import MAX_MEMORY_MB
+from .values import digits, line, quote, rows
 
 MIN_CAP_MB = 64  # selftest: room for growth's first regions in each half of a split
 MAX_TIMEOUT_S = 86400  # selftest: a day per row is already far past any sane wait
@@ -42,13 +42,13 @@ examples:
 """
 
 
-def _cluster(distributed: str, env: dict[str, str]) -> dict[str, Any] | None:
+def _cluster(settings: Any, env: dict[str, str]) -> dict[str, Any] | None:
     """The cluster plan without TensorFlow (the replicas check waits for the import)."""
-    if distributed == "off":
+    if settings.cluster is None:
         return None
     from .cluster.plan import plan_cluster
 
-    return plan_cluster(distributed, env).to_dict()
+    return plan_cluster(settings.distributed, settings.cluster, env).to_dict()
 
 
 def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
@@ -56,8 +56,8 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
     from .settings import CONTRACT, CONTROL, resolve
 
     settings = resolve(env)
-    cluster = _cluster(settings.distributed, env)
-    rows = {}
+    cluster = _cluster(settings, env)
+    table = {}
     for variable in CONTRACT + CONTROL:
         if variable.name in settings.given:
             value, source = settings.given[variable.name]
@@ -67,15 +67,15 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
             value, source = variable.default, "default"
         if isinstance(value, bool):
             value = str(value).lower()
-        rows[variable.name] = {"value": value, "source": source}
+        table[variable.name] = {"value": value, "source": source}
     if cluster is not None:
         from .cluster import NAMES
 
         unset = {"value": None, "source": "default"}
-        rows.update({name: cluster["given"].get(name, unset) for name in NAMES})
+        table.update({name: cluster["given"].get(name, unset) for name in NAMES})
     budget = cpu_budget(env)
     return {
-        "settings": rows,
+        "settings": table,
         "cpu": {
             "schedulable": budget.affinity,
             "quota": budget.quota,
@@ -102,7 +102,7 @@ def _print_error(exc: ConfigError, as_json: bool) -> int:
         ]
         print(json.dumps({"ok": False, "problems": problems}))
     else:
-        print(f"tfboot: error: {exc}", file=sys.stderr)
+        print(line("error", str(exc)), file=sys.stderr)
     return 1
 
 
@@ -136,10 +136,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     env = _environment(args.env_file)
     try:
         settings = resolve(env)
-        cluster = _cluster(settings.distributed, env)
+        cluster = _cluster(settings, env)
     except ConfigError as exc:
         return _print_error(exc, args.json)
-    given = {k: {"value": v, "source": s} for k, (v, s) in settings.given.items()}
+    given = rows(settings.given)
     given.update(cluster["given"] if cluster else {})
     if args.json:
         print(json.dumps({"ok": True, "settings": given}))
@@ -177,8 +177,9 @@ def _bounded(low: int, high: int, unit: str) -> Callable[[str], int]:
     def parse(value: str) -> int:
         number = digits(value)
         if number is None or not low <= number <= high:
-            given = value if len(value) <= 40 else f"{value[:40]}... ({len(value)} characters)"
-            raise argparse.ArgumentTypeError(f"{given!r}: expected {unit} from {low} to {high}")
+            raise argparse.ArgumentTypeError(
+                f"{quote(value)}: expected {unit} from {low} to {high}"
+            )
         return number
 
     return parse

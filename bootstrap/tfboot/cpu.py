@@ -45,7 +45,7 @@ def cpu_budget(env: Mapping[str, str] | None = None) -> CpuBudget:
     affinity = schedulable_cpus()
     try:
         quota = cpu_quota(root)
-    except (CgroupError, OSError) as exc:
+    except CgroupError as exc:
         return CpuBudget(affinity, None, "", f"could not read the CPU quota: {exc}")
     if quota is None:
         return CpuBudget(affinity, None, "")

@@ -3,9 +3,11 @@
 Only an explicitly named file is read; a ``.env`` in the working directory never is. Only a
 regular file of at most ``MAX_BYTES`` is read: a device, FIFO, socket or directory is
 refused before any read, so nothing can block or stream forever. Lines python-dotenv
-cannot parse are errors here, not skipped lines. Errors never quote the file's text (the
-path may name a file of secrets): they give line numbers, and the names of unknown keys
-that look like variable names.
+cannot parse, and lines that are not ``KEY=VALUE`` (a pasted token), are errors here, not
+skipped lines. Errors never quote the file's text (the path may name a file of secrets):
+they give line numbers, and the names of unknown keys that look like variable names.
+``${VAR}`` is expanded from the mapping the settings are resolved from, never from
+``os.environ`` behind its back.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import io
 import os
 import re
 import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from .errors import ConfigError, Problem
 
@@ -104,26 +108,54 @@ def _lines(numbers: list[str]) -> str:
     return f"line {numbers[0]} is" if len(numbers) == 1 else f"lines {_listed(numbers)} are"
 
 
-def read_env_file(path: str, allowed: frozenset[str]) -> dict[str, str]:
-    """Return the variables set in ``path``; every key must be in ``allowed``."""
-    from dotenv import dotenv_values
+@dataclass(frozen=True)
+class FileValue:
+    """A value set in the file, the line that set it, and whether ``${VAR}`` built it."""
+
+    value: str
+    line: int
+    interpolated: bool
+
+
+def _interpolate(
+    values: list[tuple[str, str, int]], env: Mapping[str, str]
+) -> dict[str, FileValue]:
+    """python-dotenv's ``${VAR}`` and ``${VAR:-default}`` expansion, against ``env`` only.
+
+    As python-dotenv does, a key set earlier in the file wins over ``env``.
+    """
+    from dotenv.variables import Variable, parse_variables
+
+    resolved: dict[str, FileValue] = {}
+    for key, raw, line in values:
+        atoms = list(parse_variables(raw))
+        scope = {**env, **{k: v.value for k, v in resolved.items()}}
+        text = "".join(atom.resolve(scope) for atom in atoms)
+        resolved[key] = FileValue(text, line, any(isinstance(a, Variable) for a in atoms))
+    return resolved
+
+
+def read_env_file(
+    path: str, allowed: frozenset[str], env: Mapping[str, str]
+) -> dict[str, FileValue]:
+    """The variables set in ``path``, ``${VAR}`` read from ``env``; every key in ``allowed``."""
     from dotenv.parser import parse_stream
 
     text = _text(path, _read_bytes(path))
-    bad: list[str] = []
+    bad: list[str] = []  # lines that are not KEY=VALUE: named by number only
     odd: list[str] = []  # lines whose key does not look like a name: not quoted
     unknown: list[str] = []
-    missing: list[str] = []
+    values: list[tuple[str, str, int]] = []
     for binding in parse_stream(io.StringIO(text)):
         line = binding.original.line
-        if binding.error:
+        if binding.error or (binding.key is not None and binding.value is None):
             bad.append(str(line))
         elif binding.key and not _NAME.match(binding.key):
             odd.append(str(line))
         elif binding.key and binding.key not in allowed:
             unknown.append(binding.key)
-        elif binding.key and binding.value is None:
-            missing.append(f"{binding.key} (line {line})")
+        elif binding.key and binding.value is not None:
+            values.append((binding.key, binding.value, line))
     problems = [
         Problem(VARIABLE, path, accepted)
         for found, accepted in (
@@ -134,11 +166,9 @@ def read_env_file(path: str, allowed: frozenset[str]) -> dict[str, str]:
                 f"unknown variable(s) {_listed(unknown)}; a tfboot .env file may set only "
                 + ", ".join(sorted(allowed)),
             ),
-            (missing, f"{_listed(missing)} has no value (write KEY=VALUE)"),
         )
         if found
     ]
     if problems:
         raise ConfigError(problems)
-    values = dotenv_values(stream=io.StringIO(text))
-    return {k: v for k, v in values.items() if k and v is not None}
+    return {k: v for k, v in _interpolate(values, env).items() if v.value.strip()}

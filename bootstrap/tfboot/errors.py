@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SHOWN_CHARS = 256  # a longer value is shortened in messages, its length given
-
-
-def _shown(value: str) -> str:
-    if len(value) <= SHOWN_CHARS:
-        return repr(value)
-    return f"{value[:64]!r}... ({len(value)} characters)"
+from .values import shorten
 
 
 @dataclass(frozen=True)
@@ -28,7 +22,7 @@ class Problem:
         if self.value is None:
             text = f"{self.variable}: {self.accepted}" if self.variable else self.accepted
         else:
-            text = f"{self.variable}={_shown(self.value)} {self.verdict}: {self.accepted}"
+            text = f"{self.variable}={shorten(self.value)} {self.verdict}: {self.accepted}"
         return f"{text}; {self.hint}" if self.hint else text
 
 

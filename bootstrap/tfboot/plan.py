@@ -44,6 +44,11 @@ class Plan:
         """True when nothing is changed in TensorFlow."""
         return not self.decisions
 
+    def local_replicas(self, gpu_count: int) -> int:
+        """Visible logical GPUs after this plan (visible GPUs x split), else 1 (CPU:0)."""
+        visible = range(gpu_count) if self.visible_gpus is None else self.visible_gpus
+        return sum(len(self.gpu_logical_mb.get(i, ())) or 1 for i in visible) or 1
+
 
 def _given(settings: Settings, name: str) -> str:
     value, source = settings.given[name]

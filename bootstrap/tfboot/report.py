@@ -8,8 +8,7 @@ from typing import Any
 
 from .plan import Plan
 from .settings import Settings
-
-PREFIX = "tfboot:"
+from .values import line, rows
 
 
 @dataclass
@@ -34,10 +33,7 @@ class Result:
             "disabled": self.disabled,
             "applied": self.applied,
             "error": self.error,
-            "settings": {
-                name: {"value": value, "source": source}
-                for name, (value, source) in (settings.given.items() if settings else ())
-            },
+            "settings": rows(settings.given) if settings else {},
             "decisions": list(self.plan.decisions) if self.plan else [],
             "calls": list(self.calls),
             "warnings": list(self.warnings),
@@ -47,8 +43,7 @@ class Result:
 
 def emit(kind: str, text: str) -> None:
     """One line on stderr, prefixed so it can be grepped."""
-    label = "" if kind == "info" else f" {kind}:"
-    print(f"{PREFIX}{label} {text}", file=sys.stderr, flush=True)
+    print(line(kind, text), file=sys.stderr, flush=True)
 
 
 def log_result(result: Result, level: str) -> None:

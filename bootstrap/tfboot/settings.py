@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .cluster import MODES, NAMES
 from .deviceplugin import read_plugin_limit
 from .errors import ConfigError, Problem
-from .numbers import digits
+from .values import digits, positive, shorten
 
 BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True,
               "false": False, "0": False, "no": False, "off": False}  # fmt: skip
@@ -33,6 +33,9 @@ DISABLE = "TFBOOT_DISABLE"
 ENV_FILE = "TFBOOT_ENV_FILE"
 ON_ERROR = "TFBOOT_ON_ERROR"
 LOG = "TFBOOT_LOG"
+
+if TYPE_CHECKING:
+    from .cluster.variables import ClusterSettings
 
 CpuThreads = str | int  # "auto", "host" or a positive count
 Split = int | tuple[int, ...]  # N logical devices, or their MiB sizes
@@ -59,11 +62,6 @@ def _choice(*words: str) -> Callable[[str, str], str]:
         return _word(value)
 
     return parse
-
-
-def _positive_int(text: str) -> int | None:
-    number = digits(text)
-    return number if number else None
 
 
 def parse_visible_gpu(name: str, value: str) -> tuple[int, ...] | None:
@@ -97,7 +95,7 @@ def parse_memory_limit(name: str, value: str) -> int | str:
     """A positive number of MiB, or ``auto`` (take the device plugin's share)."""
     if _word(value) == "auto":
         return "auto"
-    number = _positive_int(value)
+    number = positive(value)
     if number is None or number > MAX_MEMORY_MB:
         raise ConfigError(Problem(name, value, MEMORY_ACCEPTED + ", or auto"))
     return number
@@ -110,7 +108,7 @@ def parse_split(name: str, value: str) -> Split:
         f"MiB sizes from 1 to {MAX_MEMORY_MB} (1 TiB) such as 2048,2048,4096"
     )
     if "," not in value:
-        count = _positive_int(value)
+        count = positive(value)
         if count is None or count > MAX_SPLIT:
             hint = (
                 f"for one logical GPU of {count} MiB use MEMORY_LIMIT_MB={count}"
@@ -119,7 +117,7 @@ def parse_split(name: str, value: str) -> Split:
             )
             raise ConfigError(Problem(name, value, accepted, hint))
         return count
-    sizes = tuple(_positive_int(part) for part in value.split(","))
+    sizes = tuple(positive(part) for part in value.split(","))
     if any(s is None or s > MAX_MEMORY_MB for s in sizes) or len(sizes) > MAX_SPLIT:
         raise ConfigError(Problem(name, value, accepted))
     return tuple(s for s in sizes if s is not None)
@@ -130,7 +128,7 @@ def parse_cpu_threads(name: str, value: str) -> CpuThreads:
     word = _word(value)
     if word in ("auto", "host"):
         return word
-    number = _positive_int(value)
+    number = positive(value)
     if number is None or number > MAX_CPU_THREADS:
         raise ConfigError(
             Problem(
@@ -183,6 +181,16 @@ FILE_NAMES = CONTRACT_NAMES | frozenset(NAMES)
 
 
 @dataclass(frozen=True)
+class Control:
+    """tfboot's own variables (``TFBOOT_*``), read from the process environment only."""
+
+    disable: bool = False
+    env_file: str | None = None
+    on_error: str = "raise"
+    log: str = "info"
+
+
+@dataclass(frozen=True)
 class Settings:
     """The validated configuration, with where each value came from."""
 
@@ -198,13 +206,11 @@ class Settings:
     mixed_precision: str | None = None
     require_gpu: bool = False
     distributed: str = "off"
-    # variable -> (raw value, source) for every variable that was given
+    control: Control = field(default_factory=Control)
+    # The DIST_* variables, parsed when DISTRIBUTED is not off; None under off.
+    cluster: ClusterSettings | None = None
+    # variable -> (raw value, source) for every contract variable that was given
     given: dict[str, tuple[str, str]] = field(default_factory=dict)
-
-    @property
-    def configured(self) -> bool:
-        """True when any contract variable was given (CPU_THREADS=auto aside)."""
-        return bool(self.given)
 
     def source(self, name: str) -> str:
         """Where ``name``'s value came from: env, file PATH, a device plugin, or default."""
@@ -215,65 +221,109 @@ class Settings:
         return self.memory_limit_per_gpu.get(gpu_index, self.memory_limit_mb)
 
 
-def _given(env: Mapping[str, str], name: str) -> str | None:
+def parse_variable(env: Mapping[str, str], name: str) -> Any:
+    """One contract variable from ``env`` through its own parser; its default when unset."""
+    variable = next(v for v in CONTRACT if v.name == name)
+    value = nonblank(env, name)
+    return variable.default if value is None else variable.parse(name, value)
+
+
+def nonblank(env: Mapping[str, str], name: str) -> str | None:
+    """``env[name]``, or None when it is unset or blank (an empty value counts as unset)."""
     value = env.get(name)
     return value if value is not None and value.strip() else None
 
 
-def control(env: Mapping[str, str], name: str) -> Any:
+def read_control(env: Mapping[str, str], name: str) -> Any:
     """Parse one of tfboot's own control variables (``TFBOOT_*``) from ``env``."""
     variable = next(v for v in CONTROL if v.name == name)
-    value = _given(env, name)
+    value = nonblank(env, name)
     return variable.default if value is None else variable.parse(name, value)
 
 
 def disabled(env: Mapping[str, str] | None = None) -> bool:
-    """True when the kill switch ``TFBOOT_DISABLE`` is on."""
-    return bool(control(os.environ if env is None else env, DISABLE))
+    """True when the kill switch ``TFBOOT_DISABLE`` is on (an invalid value is not)."""
+    try:
+        return bool(read_control(os.environ if env is None else env, DISABLE))
+    except ConfigError:
+        return False  # reported with the other problems by resolve()
 
 
-def layer(
-    env: Mapping[str, str], names: frozenset[str] = CONTRACT_NAMES
-) -> dict[str, tuple[str, str]]:
-    """The ``names`` given in the process env over the ``TFBOOT_ENV_FILE`` file's."""
-    layered: dict[str, tuple[str, str]] = {}
-    path = _given(env, ENV_FILE)
+@dataclass
+class _Given:
+    """The variables given, process environment over the file, and how to name a bad one."""
+
+    values: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # name -> "line N of PATH" for a value from the file: never quoted in a message
+    from_file: dict[str, str] = field(default_factory=dict)
+
+    def parse(self, name: str, parse: Callable[[str, str], Any], accepted: str) -> Any:
+        """Parse a given value; one from the file is named by its line when it is invalid."""
+        try:
+            return parse(name, self.values[name][0])
+        except ConfigError:
+            where = self.from_file.get(name)
+            if where is None:
+                raise
+            raise ConfigError(
+                Problem(name, None, f"the value on {where} is invalid: expected {accepted}")
+            ) from None
+
+
+def _layer(env: Mapping[str, str], path: str | None) -> _Given:
+    """The contract's and cluster's variables in the process env over the file's."""
+    given = _Given()
     if path is not None:
         from .envfile import read_env_file
 
-        for name, value in read_env_file(path, FILE_NAMES).items():
-            if value.strip() and name in names:
-                layered[name] = (value, f"file {path}")
-    for name in names:
-        value = _given(env, name)
+        for name, entry in read_env_file(path, FILE_NAMES, env).items():
+            given.values[name] = (entry.value, f"file {path}")
+            how = " (after ${...} interpolation)" if entry.interpolated else ""
+            given.from_file[name] = f"line {entry.line} of {path}{how}"
+    for name in FILE_NAMES:
+        value = nonblank(env, name)
         if value is not None:
-            layered[name] = (value, "env")
-    return layered
+            given.values[name] = (value, "env")
+            given.from_file.pop(name, None)
+    return given
+
+
+def _control(env: Mapping[str, str], problems: list[Problem]) -> Control:
+    values = {}
+    for variable in CONTROL:
+        try:
+            values[variable.name] = read_control(env, variable.name)
+        except ConfigError as exc:
+            problems += exc.problems
+            values[variable.name] = variable.default
+    return Control(values[DISABLE], values[ENV_FILE], values[ON_ERROR], values[LOG])
 
 
 def resolve(env: Mapping[str, str] | None = None) -> Settings:
-    """Validate the whole contract; raise one ``ConfigError`` listing every problem."""
+    """Validate the whole contract in one pass; raise one ``ConfigError`` listing every problem.
+
+    The ``TFBOOT_ENV_FILE`` file is read once; under ``DISTRIBUTED`` other than ``off`` the
+    cluster variables are parsed too (``Settings.cluster``).
+    """
     env = os.environ if env is None else env
     problems: list[Problem] = []
-    for variable in CONTROL:
-        try:
-            control(env, variable.name)
-        except ConfigError as exc:
-            problems += exc.problems
+    control = _control(env, problems)
     try:
-        given = layer(env)
+        layered = _layer(env, control.env_file)
     except ConfigError as exc:
         raise ConfigError(problems + exc.problems) from None
+    given = {k: v for k, v in layered.values.items() if k in CONTRACT_NAMES}
 
     values: dict[str, Any] = {}
     for variable in CONTRACT:
-        if variable.name not in given:
-            values[variable.name] = variable.default
-            continue
-        try:
-            values[variable.name] = variable.parse(variable.name, given[variable.name][0])
-        except ConfigError as exc:
-            problems += exc.problems
+        values[variable.name] = variable.default
+        if variable.name in given:
+            try:
+                values[variable.name] = layered.parse(
+                    variable.name, variable.parse, variable.accepted
+                )
+            except ConfigError as exc:
+                problems += exc.problems
 
     per_gpu: dict[int, int] = {}
     if values.get("MEMORY_LIMIT_MB") == "auto":
@@ -296,7 +346,15 @@ def resolve(env: Mapping[str, str] | None = None) -> Settings:
             raw = given["MEMORY_LIMIT_MB"][0]
             given["MEMORY_LIMIT_MB"] = (raw, limit.source)
 
-    problems += _cross_checks(env, values, per_gpu)
+    cluster = None
+    if values["DISTRIBUTED"] != "off":
+        from .cluster.variables import read_cluster
+
+        try:
+            cluster = read_cluster(layered.values, layered.parse)
+        except ConfigError as exc:
+            problems += exc.problems
+    problems += _cross_checks(env, values, per_gpu, given)
     if problems:
         raise ConfigError(problems)
     return Settings(
@@ -312,12 +370,17 @@ def resolve(env: Mapping[str, str] | None = None) -> Settings:
         mixed_precision=values["MIXED_PRECISION"],
         require_gpu=values["REQUIRE_GPU"],
         distributed=values["DISTRIBUTED"],
+        control=control,
+        cluster=cluster,
         given=given,
     )
 
 
 def _cross_checks(
-    env: Mapping[str, str], values: dict[str, Any], per_gpu: dict[int, int]
+    env: Mapping[str, str],
+    values: dict[str, Any],
+    per_gpu: dict[int, int],
+    given: dict[str, tuple[str, str]],
 ) -> list[Problem]:
     """Checks between variables that need no device list."""
     problems: list[Problem] = []
@@ -342,13 +405,13 @@ def _cross_checks(
             )
         )
     growth = values.get("MEMORY_GROWTH")
-    forced = env.get("TF_FORCE_GPU_ALLOW_GROWTH")
+    forced = nonblank(env, "TF_FORCE_GPU_ALLOW_GROWTH")  # blank: unset, as TensorFlow reads it
     if growth is not None and forced is not None and forced != str(growth).lower():
         problems.append(
             Problem(
                 "MEMORY_GROWTH",
-                str(growth).lower(),
-                f"it contradicts TF_FORCE_GPU_ALLOW_GROWTH={forced!r}",
+                given["MEMORY_GROWTH"][0],
+                f"it contradicts TF_FORCE_GPU_ALLOW_GROWTH={shorten(forced)}",
                 "set only one of them",
             )
         )

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import last_json, run_module
+from support import cluster_plan, last_json, run_module
 from tfboot.cluster import NAMES
 from tfboot.cluster.hostlist import expand_counts, expand_hosts
-from tfboot.cluster.plan import local_replicas, plan_cluster
 from tfboot.cluster.variables import PARSERS
 from tfboot.errors import ConfigError
 from tfboot.plan import Plan
@@ -25,14 +24,14 @@ SLURM = {
 
 
 def built(mode: str, env: dict[str, str]) -> dict:
-    config = plan_cluster(mode, env).tf_config
+    config = cluster_plan(mode, env).tf_config
     assert config is not None
     return json.loads(config)
 
 
 def error(mode: str, env: dict[str, str]) -> str:
     with pytest.raises(ConfigError) as info:
-        plan_cluster(mode, env)
+        cluster_plan(mode, env)
     return str(info.value)
 
 
@@ -114,7 +113,7 @@ class TestK8s:
             "DIST_TASK_TYPE": kind,
             "DIST_TASK_INDEX": index,
         }
-        assert plan_cluster("k8s", env).peers == peers
+        assert cluster_plan("k8s", env).peers == peers
 
     def test_index_out_of_range(self) -> None:
         # The error names the variable the index came from, with its value as given.
@@ -122,7 +121,7 @@ class TestK8s:
         assert "JOB_COMPLETION_INDEX='2' is invalid: expected a worker index from 0 to 1" in text
         huge = "9" * 40
         text = error("k8s", {**K8S, "DIST_TASK_INDEX": huge})
-        assert f"DIST_TASK_INDEX='{huge}' is invalid: expected a worker index from 0 to 1" in text
+        assert f"DIST_TASK_INDEX='{huge}' is invalid: expected a task index from 0 to 99999" in text
 
     def test_required_variables_are_all_named(self) -> None:
         message = error("k8s", {})
@@ -148,10 +147,10 @@ class TestK8s:
             ("DIST_HOSTS", "worker=::1", "IPv6 host in brackets"),
             ("DIST_HOSTS", "worker=a:99999", "port from 1 to 65535"),
             ("DIST_TASK_TYPE", "master", "rename the TFJob replica Master to Chief"),
-            ("DIST_TASK_INDEX", "-1", "integer from 0"),
+            ("DIST_TASK_INDEX", "-1", "a task index from 0 to 99999"),
             ("DIST_PORT", "0", "port from 1 to 65535"),
-            ("DIST_REPLICAS_PER_WORKER", "two", "positive integer"),
-            ("DIST_STARTUP_TIMEOUT", "nan", "positive number of seconds"),
+            ("DIST_REPLICAS_PER_WORKER", "two", "a count from 1 to 4096"),
+            ("DIST_STARTUP_TIMEOUT", "nan", "a number of seconds from 1 to 604800"),
         ],
     )
     def test_bad_values_name_variable_and_accepted(
@@ -170,9 +169,9 @@ class TestK8s:
         assert "TF_CONFIG is already set" in message and "DISTRIBUTED=auto" in message
 
     def test_the_tf_config_it_builds_is_accepted_when_inherited(self) -> None:
-        tf_config = plan_cluster("k8s", K8S).tf_config
+        tf_config = cluster_plan("k8s", K8S).tf_config
         assert tf_config is not None
-        cluster = plan_cluster("k8s", {**K8S, "TF_CONFIG": tf_config})
+        cluster = cluster_plan("k8s", {**K8S, "TF_CONFIG": tf_config})
         assert cluster.tf_config is None and cluster.environ == {}  # nothing set again
         assert cluster.peers == ["train-0.train:2222"]
         assert "TF_CONFIG inherited, the one tfboot builds here, checked" in cluster.line()
@@ -223,7 +222,7 @@ class TestSlurm:
 
     def test_never_touches_cuda_visible_devices(self) -> None:
         env = {**SLURM, "CUDA_VISIBLE_DEVICES": "3"}
-        cluster = plan_cluster("slurm", env)
+        cluster = cluster_plan("slurm", env)
         assert set(cluster.environ) == {"TF_CONFIG"} and env["CUDA_VISIBLE_DEVICES"] == "3"
 
 
@@ -241,7 +240,7 @@ class TestFoundTfConfig:
 
     def test_tfjob_with_chief_and_environment_cloud_is_checked_not_rebuilt(self) -> None:
         tfjob = json.dumps(TFJOB).replace("master", "chief")
-        cluster = plan_cluster("auto", {"TF_CONFIG": tfjob})
+        cluster = cluster_plan("auto", {"TF_CONFIG": tfjob})
         assert cluster.identity.engine == "tf_config" and cluster.tf_config is None
         assert cluster.peers == ["job-worker-0.ns.svc:2222"]
 
@@ -250,7 +249,7 @@ class TestFoundTfConfig:
             "cluster": {"worker": ["10.0.0.1:41234", "10.0.0.2:40111"]},
             "task": {"type": "worker", "index": 1},
         }
-        cluster = plan_cluster("auto", {"TF_CONFIG": json.dumps(ray)})
+        cluster = cluster_plan("auto", {"TF_CONFIG": json.dumps(ray)})
         assert cluster.peers == ["10.0.0.1:41234"] and "worker 1 of 2" in cluster.line()
 
     @pytest.mark.parametrize(
@@ -292,7 +291,7 @@ class TestFoundTfConfig:
     def test_sparse_form_is_read_by_index(self) -> None:
         sparse = {"cluster": {"worker": {"1": "b:1", "0": "a:1", "2": "c:1"}}}
         config = {**sparse, "task": {"type": "worker", "index": 1}}
-        cluster = plan_cluster("auto", {"TF_CONFIG": json.dumps(config)})
+        cluster = cluster_plan("auto", {"TF_CONFIG": json.dumps(config)})
         assert cluster.identity.config is not None
         assert cluster.identity.config.cluster == {"worker": ["a:1", "b:1", "c:1"]}
         assert cluster.peers == ["a:1", "c:1"]
@@ -316,7 +315,7 @@ class TestFoundTfConfig:
 
     def test_evaluator_may_be_absent_from_the_cluster(self) -> None:
         config = {"cluster": {"worker": ["a:1"]}, "task": {"type": "evaluator", "index": 0}}
-        assert plan_cluster("auto", {"TF_CONFIG": json.dumps(config)}).peers == []
+        assert cluster_plan("auto", {"TF_CONFIG": json.dumps(config)}).peers == []
 
     def test_a_huge_value_is_not_echoed(self) -> None:
         message = error("auto", {"TF_CONFIG": "{" + "x" * 100_000})
@@ -325,9 +324,9 @@ class TestFoundTfConfig:
 
 class TestAuto:
     def test_detects_slurm_then_k8s_then_single(self) -> None:
-        assert plan_cluster("auto", SLURM).identity.engine == "slurm"
-        assert plan_cluster("auto", K8S).identity.engine == "k8s"
-        single = plan_cluster("auto", {"JOB_COMPLETION_INDEX": "0"})
+        assert cluster_plan("auto", SLURM).identity.engine == "slurm"
+        assert cluster_plan("auto", K8S).identity.engine == "k8s"
+        single = cluster_plan("auto", {"JOB_COMPLETION_INDEX": "0"})
         assert single.identity.engine == "single" and single.tf_config is None
 
     def test_distributed_is_validated_with_the_contract(self) -> None:
@@ -340,38 +339,38 @@ class TestAuto:
         path.write_text("DISTRIBUTED=k8s\nDIST_TASKS=2\nDIST_HOSTS=worker=w-{i}.svc\n")
         env = {"TFBOOT_ENV_FILE": str(path), "JOB_COMPLETION_INDEX": "0"}
         assert resolve(env).distributed == "k8s"
-        cluster = plan_cluster("k8s", env)
+        cluster = cluster_plan("k8s", env)
         assert cluster.identity.sources["tasks"] == f"DIST_TASKS=2 (file {path})"
 
 
 class TestPlan:
     def test_local_replicas(self) -> None:
-        assert local_replicas(Plan(), 0) == 1
-        assert local_replicas(Plan(), 2) == 2
-        assert local_replicas(Plan(gpu_logical_mb={0: (1024, 1024)}), 2) == 3
-        assert local_replicas(Plan(visible_gpus=(1,), gpu_logical_mb={1: (512,) * 4}), 2) == 4
+        assert Plan().local_replicas(0) == 1
+        assert Plan().local_replicas(2) == 2
+        assert Plan(gpu_logical_mb={0: (1024, 1024)}).local_replicas(2) == 3
+        assert Plan(visible_gpus=(1,), gpu_logical_mb={1: (512,) * 4}).local_replicas(2) == 4
 
     def test_replicas_mismatch_names_both_numbers(self) -> None:
         plan = Plan(gpu_logical_mb={0: (1024, 1024)})
         with pytest.raises(ConfigError) as info:
-            plan_cluster("k8s", {**K8S, "DIST_REPLICAS_PER_WORKER": "1"}, plan, 1)
+            cluster_plan("k8s", {**K8S, "DIST_REPLICAS_PER_WORKER": "1"}, plan, 1)
         assert "has 2 local replica(s)" in str(info.value) and "must have 1" in str(info.value)
 
     def test_split_on_cpu_warns(self) -> None:
-        cluster = plan_cluster("k8s", K8S, Plan(cpu_logical=2), 0)
+        cluster = cluster_plan("k8s", K8S, Plan(cpu_logical=2), 0)
         assert any("one CPU replica per worker" in w for w in cluster.warnings)
 
     def test_proxy_warning_unless_no_proxy_covers_the_peers(self) -> None:
         env = {**K8S, "HTTPS_PROXY": "http://proxy:3128"}
-        assert any("HTTPS_PROXY is set" in w for w in plan_cluster("k8s", env).warnings)
+        assert any("HTTPS_PROXY is set" in w for w in cluster_plan("k8s", env).warnings)
         covered = {**env, "no_proxy": "localhost,.train"}
-        assert not any("proxy" in w for w in plan_cluster("k8s", covered).warnings)
+        assert not any("proxy" in w for w in cluster_plan("k8s", covered).warnings)
         ips = {"DIST_TASKS": "2", "DIST_HOSTS": "10.0.0.1,10.0.0.2", "DIST_TASK_INDEX": "0"}
         cidr = {**ips, "http_proxy": "http://p:1", "NO_PROXY": "10.0.0.0/8"}
-        assert not any("proxy" in w for w in plan_cluster("k8s", cidr).warnings)
+        assert not any("proxy" in w for w in cluster_plan("k8s", cidr).warnings)
 
     def test_keras3_warning_says_what_works(self) -> None:
-        warnings = plan_cluster("k8s", K8S).warnings
+        warnings = cluster_plan("k8s", K8S).warnings
         assert any("keras-team/keras#20585" in w and "TF_USE_LEGACY_KERAS=1" in w for w in warnings)
 
 

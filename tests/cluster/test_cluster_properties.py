@@ -6,9 +6,9 @@ import json
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import cluster_plan
 from tfboot.cluster import NAMES
 from tfboot.cluster.hostlist import expand_counts, expand_hosts
-from tfboot.cluster.plan import plan_cluster
 from tfboot.errors import ConfigError
 from tfboot.plan import Plan
 
@@ -100,4 +100,4 @@ def test_cluster_builder_raises_only_config_errors(
 ) -> None:
     if tf_config is not None:
         env["TF_CONFIG"] = tf_config
-    assert_only_config_errors(plan_cluster, mode, env, Plan(), gpus)
+    assert_only_config_errors(cluster_plan, mode, env, Plan(), gpus)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError, Problem
-from ..numbers import digits
+from ..values import digits
 from . import TASK_TYPES
 from .hostlist import block_layout, expand_counts, expand_hosts
 from .tfconfig import VARIABLE, TfConfig, check

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from ..errors import ConfigError, Problem
-from ..numbers import digits
+from ..values import digits
 
 HOSTS_ACCEPTED = "expected a Slurm hostlist such as node[1-4], gpu[01-03,07] or a1,b[1-2]"
 TASKS_ACCEPTED = "expected Slurm's tasks per node such as 2(x3),1"

@@ -11,11 +11,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, Problem
-from ..plan import Plan
+from ..values import rows
 from .engines import Identity, identify
-from .variables import ClusterSettings, read
+from .variables import ClusterSettings
 
-REPLICA_TYPES = ("chief", "worker")  # the tasks that hold MultiWorkerMirroredStrategy replicas
+REPLICA_TYPES = ("chief", "worker")
+# Linux's limit for one environment string (MAX_ARG_STRLEN), "TF_CONFIG=" and its NUL
+# included: a longer TF_CONFIG makes every later exec of the process fail with E2BIG.
+MAX_TF_CONFIG_BYTES = (
+    128 * 1024 - len("TF_CONFIG=") - 1
+)  # the tasks that hold MultiWorkerMirroredStrategy replicas
 PROXIES = ("grpc_proxy", "https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY")
 NO_PROXIES = ("no_grpc_proxy", "no_proxy", "NO_PROXY")
 
@@ -91,37 +96,61 @@ class ClusterPlan:
             "expected_replicas_per_worker": self.settings.replicas_per_worker,
             "startup_timeout": self.settings.startup_timeout,
             "sources": dict(self.identity.sources),
-            "given": {k: {"value": v, "source": s} for k, (v, s) in self.settings.given.items()},
+            "given": rows(self.settings.given),
             "line": self.line(),
         }
 
 
-def local_replicas(plan: Plan, gpu_count: int) -> int:
-    """Visible logical GPUs after tfboot's plan (visible GPUs x split), else 1 (CPU:0)."""
-    visible = range(gpu_count) if plan.visible_gpus is None else plan.visible_gpus
-    return sum(len(plan.gpu_logical_mb.get(i, ())) or 1 for i in visible) or 1
-
-
 def plan_cluster(
-    mode: str, env: Mapping[str, str], plan: Plan | None = None, gpu_count: int = 0
+    mode: str,
+    settings: ClusterSettings,
+    env: Mapping[str, str],
+    replicas: int | None = None,
+    cpu_split: int | None = None,
 ) -> ClusterPlan:
-    """The cluster plan for ``DISTRIBUTED=mode`` (not off); without ``plan``, no device check."""
-    settings = read(env)
+    """The cluster plan for ``DISTRIBUTED=mode`` (not off).
+
+    ``replicas`` is this task's local replica count once TensorFlow listed its devices
+    (None: not checked yet), ``cpu_split`` the logical CPUs of ``VIRTUAL_SPLIT`` on CPU.
+    """
     cluster = ClusterPlan(identify(mode, settings, env), settings)
     config = cluster.identity.config
     if config is None:
         return cluster
-    if plan is not None:
-        cluster.replicas = local_replicas(plan, gpu_count)
+    _check_size(cluster, mode)
+    if replicas is not None:
+        cluster.replicas = replicas
         _check_replicas(cluster, config.task_type)
-        if plan.cpu_logical and plan.cpu_logical > 1:
+        if cpu_split and cpu_split > 1:
             cluster.warnings.append(
-                f"VIRTUAL_SPLIT splits CPU:0 into {plan.cpu_logical}, but "
+                f"VIRTUAL_SPLIT splits CPU:0 into {cpu_split}, but "
                 "MultiWorkerMirroredStrategy uses one CPU replica per worker: the split adds "
                 "nothing here"
             )
     cluster.warnings += [w for w in (_keras_warning(env), _proxy_warning(env, config.peers)) if w]
     return cluster
+
+
+def _check_size(cluster: ClusterPlan, mode: str) -> None:
+    """A built ``TF_CONFIG`` must fit in one environment string, or no child could start."""
+    size = len((cluster.tf_config or "").encode())
+    config = cluster.identity.config
+    if size <= MAX_TF_CONFIG_BYTES or config is None:
+        return
+    given = cluster.settings.given.get("DIST_TASKS")
+    name, value = ("DIST_TASKS", given[0]) if given else ("DISTRIBUTED", mode)
+    raise ConfigError(
+        Problem(
+            name,
+            value,
+            f"the TF_CONFIG built for {config.size} tasks has {size} bytes, more than the "
+            f"{MAX_TF_CONFIG_BYTES} one environment variable may hold on Linux: no "
+            "subprocess (the peer watcher, a data loader, a shell) could start after it is set",
+            "use shorter host names (such as w-{i}.svc in DIST_HOSTS), or split the job into "
+            "smaller clusters",
+            verdict="cannot be met",
+        )
+    )
 
 
 def _check_replicas(cluster: ClusterPlan, task_type: str | None) -> None:

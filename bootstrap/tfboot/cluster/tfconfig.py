@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError, Problem
-from ..numbers import digits
+from ..values import digits, quote
 from . import TASK_TYPES
 
 VARIABLE = "TF_CONFIG"
 SHAPE = 'expected JSON such as {"cluster": {"worker": ["w0:2222", "w1:2222"]}, ' + (
     '"task": {"type": "worker", "index": 0}}'
 )
-MAX_SHOWN = 80  # characters of a value quoted in a message
 
 
 @dataclass(frozen=True)
@@ -60,28 +59,39 @@ class TfConfig:
         return json.dumps({"cluster": self.cluster, "task": task}, separators=(",", ":"))
 
 
-def shown(value: str) -> str:
-    """A value short enough to quote in a message."""
-    return value if len(value) <= MAX_SHOWN else value[: MAX_SHOWN - 3] + "..."
+def check_address(address: Any, port_required: bool = True) -> str | None:
+    """Why ``address`` is not ``host:port`` (IPv6 as ``[addr]:port``), or None.
 
-
-def check_address(address: Any) -> str | None:
-    """Why ``address`` is not ``host:port`` (IPv6 as ``[addr]:port``), or None."""
+    With ``port_required`` false, a bare host (a ``DIST_HOSTS`` entry that takes
+    ``DIST_PORT``) is accepted too. Messages quote the address as written.
+    """
     if not isinstance(address, str):
-        return f"address {shown(repr(address))} is not a string"
+        return f"address {quote(address)} is not a string"
+    written = quote(address)
     host, colon, port = address.rpartition(":")
-    if not colon:
-        return f"address {shown(address)!r} has no :port"
-    if not port.isascii() or not port.isdigit() or not 1 <= (digits(port) or 0) <= 65535:
-        return f"address {shown(address)!r} needs an integer port from 1 to 65535"
+    with_port = bool(colon) and port.isdigit() and (":" not in host or host.endswith("]"))
+    if not port_required and not with_port:
+        if address.count(":") == 1 and not address.startswith("["):
+            return f"address {written} needs an integer port from 1 to 65535"
+        host = address
+    elif not colon:
+        return f"address {written} has no :port"
+    elif not port.isascii() or not port.isdigit() or not 1 <= (digits(port) or 0) <= 65535:
+        return f"address {written} needs an integer port from 1 to 65535"
     if host.startswith("["):
         if not host.endswith("]") or len(host) < 3 or ":" not in host:
-            return f"address {shown(address)!r}: an IPv6 host is written [addr]:port"
+            return f"address {written}: an IPv6 host is written [addr]:port"
     elif ":" in host:
-        return f"address {shown(address)!r}: write an IPv6 host in brackets, [addr]:port"
+        return f"address {written}: write an IPv6 host in brackets, [addr]:port"
     if not host or any(c.isspace() or c in "/@" for c in host):
-        return f"address {shown(address)!r} is not host:port"
+        return f"address {written} is not host:port"
     return None
+
+
+def same_address(address: str) -> tuple[str, int]:
+    """What names one server: the host, case-folded, and the port as a number."""
+    host, _, port = address.rpartition(":")
+    return host.lower(), digits(port) or 0
 
 
 def _addresses(kind: str, value: Any) -> list[Any]:
@@ -93,7 +103,7 @@ def _addresses(kind: str, value: Any) -> list[Any]:
             text = str(key)
             index = digits(text) if text.isascii() and text.isdigit() else None
             if index is None:
-                raise ValueError(f"cluster.{kind} has index {shown(repr(key))}, not 0, 1, 2 ...")
+                raise ValueError(f"cluster.{kind} has index {quote(key)}, not 0, 1, 2 ...")
             if index in indexes:
                 raise ValueError(f"cluster.{kind} has index {index} twice")
             indexes[index] = key
@@ -111,7 +121,7 @@ def _type_problem(kind: str) -> str | None:
             "replica Master to Chief"
         )
     if kind not in TASK_TYPES:
-        return f"task type {shown(kind)!r} is not one of {', '.join(TASK_TYPES)}"
+        return f"task type {quote(kind)} is not one of {', '.join(TASK_TYPES)}"
     return None
 
 
@@ -161,18 +171,19 @@ def _rules(cluster: dict[str, list[Any]], kind: str | None, index: int) -> list[
         )
     elif kind is not None and kind not in cluster and kind != "evaluator" and cluster:
         problems.append(f"task type {kind!r} is not in the cluster ({', '.join(cluster)})")
-    seen: dict[str, str] = {}
+    seen: dict[tuple[str, int], str] = {}
     for job, addresses in cluster.items():
         for i, address in enumerate(addresses):
             bad = check_address(address)
+            key = same_address(address) if bad is None else None
             if bad:
                 problems.append(f"{job}:{i}: {bad}")
-            elif address in seen:
+            elif key in seen:
                 problems.append(
-                    f"address {address!r} is used by both {seen[address]} and {job}:{i}"
+                    f"address {quote(address)} is used by both {seen[key]} and {job}:{i}"
                 )
             else:
-                seen[address] = f"{job}:{i}"
+                seen[key] = f"{job}:{i}"
     return problems
 
 
@@ -184,24 +195,22 @@ def check(text: str, variable: str = VARIABLE) -> TfConfig:
         raise ConfigError(
             Problem(
                 variable,
-                shown(text),
+                text,
                 f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
                 f"(character {exc.pos}); {SHAPE}",
             )
         ) from None
     except RecursionError:
-        raise ConfigError(
-            Problem(variable, shown(text), "is nested too deeply; " + SHAPE)
-        ) from None
+        raise ConfigError(Problem(variable, text, "is nested too deeply; " + SHAPE)) from None
     except ValueError:  # a number past Python's int-string limit (4300 digits)
         raise ConfigError(
-            Problem(variable, shown(text), "holds a number with too many digits; " + SHAPE)
+            Problem(variable, text, "holds a number with too many digits; " + SHAPE)
         ) from None
     try:
         cluster, kind, index, problems = _parse(data)
     except ValueError as exc:
-        raise ConfigError(Problem(variable, shown(text), f"{exc}; {SHAPE}")) from None
+        raise ConfigError(Problem(variable, text, f"{exc}; {SHAPE}")) from None
     problems += _rules(cluster, kind, index)
     if problems:
-        raise ConfigError([Problem(variable, shown(text), p) for p in problems])
+        raise ConfigError([Problem(variable, text, p) for p in problems])
     return TfConfig({k: [str(a) for a in v] for k, v in cluster.items()}, kind, index)

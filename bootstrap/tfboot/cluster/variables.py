@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError, Problem
-from ..numbers import digits
-from ..settings import layer
+from ..values import bounded, digits, positive
 from . import NAMES, TASK_TYPES
 from .hostlist import MAX_HOSTS
 from .tfconfig import check_address
@@ -27,7 +26,13 @@ HOSTS_ACCEPTED = (
     "expected type=entries separated by ';': a template with {i} such as worker=train-{i}.train, "
     "or a comma list of host[:port] such as worker=10.0.0.5:2222,10.0.0.6:2222"
 )
-PORT_ACCEPTED = "expected a TCP port from 1 to 65535"
+PORT_ACCEPTED = "a TCP port from 1 to 65535"
+MAX_INDEX = MAX_HOSTS - 1
+INDEX_ACCEPTED = f"a task index from 0 to {MAX_INDEX}"
+MAX_REPLICAS = 4096  # 64 logical devices on each of 64 GPUs: more than any worker has
+REPLICAS_ACCEPTED = f"a count from 1 to {MAX_REPLICAS}"
+MAX_TIMEOUT_S = 7 * 24 * 3600  # a week: far past any wait for peers
+SECONDS_ACCEPTED = f"a number of seconds from 1 to {MAX_TIMEOUT_S} (a week) such as 600"
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,7 @@ class ClusterSettings:
     task_index: int | None = None
     port: int | None = None
     replicas_per_worker: int | None = None
-    startup_timeout: float | None = None
+    startup_timeout: int | None = None
     # variable -> (raw value, source) for every variable that was given
     given: dict[str, tuple[str, str]] = field(default_factory=dict)
 
@@ -70,14 +75,22 @@ def _has_port(entry: str) -> bool:
     return bool(colon) and port.isdigit() and (not host.count(":") or host.endswith("]"))
 
 
-def _count(text: str) -> int | None:
-    number = digits(text)
-    return number if number else None
+def _count(name: str, value: str, kind: str, number: str) -> int:
+    """One type's task count in ``DIST_TASKS``: 1 or more."""
+    count = positive(number)
+    if count is None:
+        hint = (
+            f"a count must be at least 1: leave {kind} out of DIST_TASKS if it has no tasks"
+            if digits(number) == 0
+            else f"{kind}'s count is not a whole number"
+        )
+        raise ConfigError(Problem(name, value, TASKS_ACCEPTED, hint))
+    return count
 
 
 def parse_tasks(name: str, value: str) -> tuple[tuple[str, int], ...]:
     if "=" not in value:
-        count = _count(value)
+        count = positive(value)
         if count is None or count > MAX_HOSTS:
             hint = f"at most {MAX_HOSTS} tasks" if count else ""
             raise ConfigError(Problem(name, value, TASKS_ACCEPTED, hint))
@@ -85,12 +98,16 @@ def parse_tasks(name: str, value: str) -> tuple[tuple[str, int], ...]:
     tasks: dict[str, int] = {}
     for part in value.split(","):
         kind, _, number = part.partition("=")
-        kind, count = kind.strip().lower(), _count(number)
-        if kind not in TASK_TYPES or count is None or kind in tasks:
-            hint = "rename the TFJob replica Master to Chief" if kind == "master" else ""
-            why = f"{kind!r} is given twice" if kind in tasks else hint
+        kind = kind.strip().lower()
+        if kind not in TASK_TYPES or kind in tasks:
+            if kind == "master":
+                why = "rename the TFJob replica Master to Chief"
+            elif kind in tasks:
+                why = f"{kind!r} is given twice"
+            else:
+                why = f"the types are {TYPES}"
             raise ConfigError(Problem(name, value, TASKS_ACCEPTED, why))
-        tasks[kind] = count
+        tasks[kind] = _count(name, value, kind, number)
     for single in ("chief", "evaluator"):
         if tasks.get(single, 0) > 1:
             raise ConfigError(Problem(name, value, f"at most one {single} is allowed"))
@@ -103,15 +120,15 @@ def parse_tasks(name: str, value: str) -> tuple[tuple[str, int], ...]:
 
 def _host_entry(name: str, value: str, kind: str, entry: str) -> Hosts:
     if "{i}" in entry:
-        bad = check_address(entry.replace("{i}", "0") + ("" if _has_port(entry) else ":1"))
-        if bad or "{" in entry.replace("{i}", ""):
-            raise ConfigError(
-                Problem(name, value, HOSTS_ACCEPTED, f"{kind}: {bad or 'bad template'}")
-            )
+        sample = entry.replace("{i}", "0")
+        bad = check_address(sample, port_required=False)
+        if bad or "{" in sample or "}" in sample:
+            why = f"{kind}: {bad}" if bad else f"{kind}: a template has no braces but {{i}}"
+            raise ConfigError(Problem(name, value, HOSTS_ACCEPTED, why))
         return Hosts(template=entry)
     hosts = tuple(h.strip() for h in entry.split(","))
-    for host in hosts:
-        bad = check_address(host if _has_port(host) else f"{host}:1")
+    for number, host in enumerate(hosts, 1):
+        bad = check_address(host, port_required=False) if host else f"entry {number} is empty"
         if bad:
             raise ConfigError(Problem(name, value, HOSTS_ACCEPTED, f"{kind}: {bad}"))
     return Hosts(explicit=hosts)
@@ -145,58 +162,50 @@ def parse_type(name: str, value: str) -> str:
 
 
 def parse_index(name: str, value: str) -> int:
-    index = digits(value)
-    if index is None:
-        raise ConfigError(Problem(name, value, "expected a task index: an integer from 0"))
-    return index
+    return bounded(name, value, 0, MAX_INDEX, "a task index")
 
 
 def parse_port(name: str, value: str) -> int:
-    number = _count(value)
-    if number is None or number > 65535:
-        raise ConfigError(Problem(name, value, PORT_ACCEPTED))
-    return number
+    return bounded(name, value, 1, 65535, "a TCP port")
 
 
-def parse_positive(name: str, value: str) -> int:
-    number = _count(value)
-    if number is None:
-        raise ConfigError(Problem(name, value, "expected a positive integer"))
-    return number
+def parse_replicas(name: str, value: str) -> int:
+    return bounded(name, value, 1, MAX_REPLICAS, "a count")
 
 
-def parse_seconds(name: str, value: str) -> float:
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds < 10**7:  # also rejects nan and inf
-        raise ConfigError(Problem(name, value, "expected a positive number of seconds such as 600"))
-    return seconds
+def parse_seconds(name: str, value: str) -> int:
+    return bounded(name, value, 1, MAX_TIMEOUT_S, "a number of seconds", "such as 600")
 
 
-PARSERS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
-    "DIST_TASKS": ("tasks", parse_tasks),
-    "DIST_HOSTS": ("hosts", parse_hosts),
-    "DIST_TASK_TYPE": ("task_type", parse_type),
-    "DIST_TASK_INDEX": ("task_index", parse_index),
-    "DIST_PORT": ("port", parse_port),
-    "DIST_REPLICAS_PER_WORKER": ("replicas_per_worker", parse_positive),
-    "DIST_STARTUP_TIMEOUT": ("startup_timeout", parse_seconds),
+# variable -> (ClusterSettings field, parser, what is accepted, for a value named by its line)
+PARSERS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
+    "DIST_TASKS": ("tasks", parse_tasks, TASKS_ACCEPTED[len("expected ") :]),
+    "DIST_HOSTS": ("hosts", parse_hosts, HOSTS_ACCEPTED[len("expected ") :]),
+    "DIST_TASK_TYPE": ("task_type", parse_type, f"one of {TYPES}"),
+    "DIST_TASK_INDEX": ("task_index", parse_index, INDEX_ACCEPTED),
+    "DIST_PORT": ("port", parse_port, PORT_ACCEPTED),
+    "DIST_REPLICAS_PER_WORKER": ("replicas_per_worker", parse_replicas, REPLICAS_ACCEPTED),
+    "DIST_STARTUP_TIMEOUT": ("startup_timeout", parse_seconds, SECONDS_ACCEPTED),
 }
+assert set(PARSERS) == set(NAMES)
 
 
-def read(env: Mapping[str, str]) -> ClusterSettings:
-    """Every ``DIST_*`` variable given, parsed; one ``ConfigError`` listing all problems."""
-    given = layer(env, frozenset(NAMES))
+def read_cluster(
+    given: Mapping[str, tuple[str, str]], parse: Callable[[str, Callable[..., Any], str], Any]
+) -> ClusterSettings:
+    """The ``DIST_*`` variables among ``given`` (name -> (value, source)), parsed by ``parse``.
+
+    ``parse(name, parser, accepted)`` is the settings' own, which names a bad value read
+    from a file by its line. One ``ConfigError`` lists every problem.
+    """
     values: dict[str, Any] = {}
     problems: list[Problem] = []
-    for name, (attr, parse) in PARSERS.items():
+    for name, (attr, parser, accepted) in PARSERS.items():
         if name in given:
             try:
-                values[attr] = parse(name, given[name][0])
+                values[attr] = parse(name, parser, accepted)
             except ConfigError as exc:
                 problems += exc.problems
     if problems:
         raise ConfigError(problems)
-    return ClusterSettings(given=given, **values)
+    return ClusterSettings(given={k: v for k, v in given.items() if k in PARSERS}, **values)

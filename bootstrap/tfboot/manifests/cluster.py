@@ -15,9 +15,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cluster.variables import ClusterSettings, read
+from ..cluster.engines import detect
+from ..cluster.variables import ClusterSettings, read_cluster
 from ..errors import ConfigError
-from ..settings import resolve
+from ..settings import parse_variable, resolve
 from .environment import container_env
 from .report import Report
 from .workloads import Container, containers, dig, gpu_grant
@@ -120,46 +121,100 @@ def _env(container: Container, group: Group) -> dict[str, str]:
 
 
 def _mode(env: Mapping[str, str]) -> str:
-    return env.get("DISTRIBUTED", "off").strip().lower() or "off"
+    """``DISTRIBUTED`` through the contract's own parser; an invalid value counts as off
+    (the tfboot variables' check reports it)."""
+    try:
+        return str(parse_variable(env, "DISTRIBUTED"))
+    except ConfigError:
+        return "off"
+
+
+def _read(env: Mapping[str, str]) -> ClusterSettings:
+    given = {name: (value, "env") for name, value in env.items() if value.strip()}
+    return read_cluster(given, lambda name, parse, _accepted: parse(name, given[name][0]))
 
 
 def _settings(container: Container, env: Mapping[str, str], report: Report) -> ClusterSettings:
     """The ``DIST_*`` values; an invalid one is a finding, and the rest are still checked."""
     try:
-        return read(env)
+        return _read(env)
     except ConfigError as exc:
         for problem in exc.problems:
             report.add(container.where, "config-invalid", str(problem), "see tfboot show")
         bad = {problem.variable for problem in exc.problems}
         try:
-            return read({k: v for k, v in env.items() if k not in bad})
+            return _read({k: v for k, v in env.items() if k not in bad})
         except ConfigError:
             return ClusterSettings()
+
+
+def _settings_quiet(env: Mapping[str, str]) -> ClusterSettings:
+    try:
+        return _read(env)
+    except ConfigError:
+        return ClusterSettings()
 
 
 def _given(container: Container, name: str) -> bool:
     return any((item or {}).get("name") == name for item in container.spec.get("env") or [])
 
 
-def _check_count(container: Container, group: Group, dist: ClusterSettings, report: Report):
-    kind = dist.task_type or "worker"
+def _literal(container: Container, name: str) -> str | None:
+    """The literal ``value`` of env entry ``name``, None when unset or set another way."""
+    for item in container.spec.get("env") or []:
+        if (item or {}).get("name") == name and "valueFrom" not in item:
+            return str(item.get("value", ""))
+    return None
+
+
+def _check_count(
+    container: Container, groups: Mapping[str, Group], dist: ClusterSettings, report: Report
+) -> None:
+    """``DIST_TASKS`` against the Pods of every task type run in this input."""
     tasks = dict(dist.tasks or ())
-    completions = _int(group.job.get("completions"), 1)
-    parallelism = _int(group.job.get("parallelism"), 1)
-    problem = ""
-    if kind not in tasks:
-        problem = f"DIST_TASKS={dist.given.get('DIST_TASKS', ('(unset)',))[0]} has no {kind}"
-    elif tasks[kind] != len(group.hosts):
-        problem = f"DIST_TASKS has {tasks[kind]} {kind} task(s), and {len(group.hosts)} Pod(s) run"
-    elif parallelism != completions:
-        problem = f"parallelism {parallelism} differs from completions {completions}"
-    if problem:
+    shown = dist.given.get("DIST_TASKS", ("(unset)",))[0]
+    for kind, group in groups.items():
+        completions = _int(group.job.get("completions"), 1)
+        parallelism = _int(group.job.get("parallelism"), 1)
+        problem = ""
+        if kind not in tasks:
+            problem = f"DIST_TASKS={shown} has no {kind}"
+        elif tasks[kind] != len(group.hosts):
+            problem = (
+                f"DIST_TASKS has {tasks[kind]} {kind} task(s), and {len(group.hosts)} Pod(s) run"
+            )
+        elif parallelism != completions:
+            problem = f"{kind}: parallelism {parallelism} differs from completions {completions}"
+        if problem:
+            report.add(
+                container.where,
+                "dist-tasks-count",
+                f"{problem}: a worker waits for peers that never start, or is left out",
+                "set completions = parallelism = the task count, from one literal "
+                "(the multi-worker overlay's workers.env)",
+            )
+    complete = len(groups) > 1 or any(g.name for g in groups.values())  # a JobSet: every type
+    for kind in tasks:
+        if complete and kind not in groups:
+            report.add(
+                container.where,
+                "dist-tasks-count",
+                f"DIST_TASKS={shown} counts {kind} tasks, and no replicatedJob runs {kind}: "
+                "the others wait for peers that never start",
+                f"add a replicatedJob named {kind}, or drop {kind} from DIST_TASKS",
+            )
+
+
+def _check_index(container: Container, group: Group, report: Report) -> None:
+    literal = _literal(container, "DIST_TASK_INDEX")
+    if literal is not None and len(group.hosts) > 1:
         report.add(
             container.where,
-            "dist-tasks-count",
-            f"{problem}: a worker waits for peers that never start, or is left out",
-            "set completions = parallelism = the task count, from one literal "
-            "(the multi-worker overlay's workers.env)",
+            "dist-task-index",
+            f"DIST_TASK_INDEX={literal!r} is a literal, so all {len(group.hosts)} Pods of "
+            f"{group.obj} claim the same task: they wait for each other forever",
+            "leave DIST_TASK_INDEX unset under an Indexed Job (JOB_COMPLETION_INDEX), or set "
+            "it from metadata.annotations['jobset.sigs.k8s.io/job-index']",
         )
     if group.needs_index and not _given(container, "DIST_TASK_INDEX"):
         why = (
@@ -176,34 +231,44 @@ def _check_count(container: Container, group: Group, dist: ClusterSettings, repo
         report.add(container.where, "dist-task-index", f"no task index: {why}", hint)
 
 
-def _check_hosts(container: Container, group: Group, dist: ClusterSettings, report: Report):
-    kind = dist.task_type or "worker"
+def _check_hosts(
+    container: Container, groups: Mapping[str, Group], dist: ClusterSettings, report: Report
+) -> None:
+    """``DIST_HOSTS`` against the DNS names of every task type's Pods in this input."""
+    for kind, group in groups.items():
+        problem = _hosts_problem(kind, group, dist)
+        if problem is None:
+            continue
+        hint = (
+            f"DIST_HOSTS={kind}={group.template}"
+            if group.template
+            else (
+                "list the Pods' names in DIST_HOSTS: "
+                "<jobset>-<replicatedJob>-<job>-<pod>.<subdomain>"
+            )
+        )
+        report.add(
+            container.where, "dist-hosts", f"{problem}: peers would not find each other", hint
+        )
+
+
+def _hosts_problem(kind: str, group: Group, dist: ClusterSettings) -> str | None:
     hosts = (dist.hosts or {}).get(kind)
     expected = [f"{host}.{group.subdomain}" for host in group.hosts]
     if hosts is None:
-        problem = f"DIST_HOSTS names no {kind} hosts"
-    else:
-        found = [a.rpartition(":")[0] for a in hosts.addresses(len(expected), 1)]
-        wrong = [
-            (i, a, e)
-            for i, (a, e) in enumerate(zip(found, expected, strict=False))
-            if a != e and not a.startswith(e + ".")
-        ]
-        if len(found) != len(expected):
-            problem = f"DIST_HOSTS lists {len(found)} {kind} host(s) for {len(expected)} Pod(s)"
-        elif not wrong:
-            return
-        else:
-            i, got, want = wrong[0]
-            problem = f"DIST_HOSTS gives {kind} {i} the name {got}, and the Pod is {want}"
-    hint = (
-        f"DIST_HOSTS={kind}={group.template}"
-        if group.template
-        else (
-            "list the Pods' names in DIST_HOSTS: <jobset>-<replicatedJob>-<job>-<pod>.<subdomain>"
-        )
-    )
-    report.add(container.where, "dist-hosts", f"{problem}: peers would not find each other", hint)
+        return f"DIST_HOSTS names no {kind} hosts"
+    found = [a.rpartition(":")[0] for a in hosts.addresses(len(expected), 1)]
+    wrong = [
+        (i, a, e)
+        for i, (a, e) in enumerate(zip(found, expected, strict=False))
+        if a != e and not a.startswith(e + ".")
+    ]
+    if len(found) != len(expected):
+        return f"DIST_HOSTS lists {len(found)} {kind} host(s) for {len(expected)} Pod(s)"
+    if not wrong:
+        return None
+    i, got, want = wrong[0]
+    return f"DIST_HOSTS gives {kind} {i} the name {got}, and the Pod is {want}"
 
 
 def _check_service(
@@ -285,7 +350,19 @@ def _check_port(container: Container, dist: ClusterSettings, report: Report) -> 
         )
 
 
-def _check_worker(container: Container, group: Group, services, report: Report) -> bool:
+def _engine(container: Container, group: Group, mode: str, env, dist: ClusterSettings) -> str:
+    """The engine tfboot would pick in these Pods (an Indexed Job sets JOB_COMPLETION_INDEX)."""
+    if mode != "auto":
+        return mode
+    runtime = dict(env)
+    if not group.needs_index:
+        runtime.setdefault("JOB_COMPLETION_INDEX", "0")
+    return detect(mode, dist, runtime)
+
+
+def _check_worker(
+    container: Container, group: Group, groups: Mapping[str, Group], services, report: Report
+) -> bool:
     """The rules for one worker container; False when it is not distributed."""
     env = _env(container, group)
     mode = _mode(env)
@@ -293,10 +370,19 @@ def _check_worker(container: Container, group: Group, services, report: Report) 
         return False
     dist = _settings(container, env, report)
     _check_replicas(container, env, dist, report)
-    if mode != "k8s":
+    if mode == "k8s" and env.get("TF_CONFIG", "").strip():
+        report.add(
+            container.where,
+            "dist-tf-config",
+            "DISTRIBUTED=k8s builds TF_CONFIG, and the container sets one too: "
+            "the worker stops at import",
+            "remove TF_CONFIG, or set DISTRIBUTED=auto to only check the one given",
+        )
+    if _engine(container, group, mode, env, dist) != "k8s":
         return True
-    _check_count(container, group, dist, report)
-    _check_hosts(container, group, dist, report)
+    _check_count(container, groups, dist, report)
+    _check_index(container, group, report)
+    _check_hosts(container, groups, dist, report)
     if group.name == "":
         _check_service(container, group, services, report)
     _check_port(container, report=report, dist=dist)
@@ -315,9 +401,10 @@ def _check_worker(container: Container, group: Group, services, report: Report) 
 def _check_jobset(file: str, doc, maps, report: Report) -> None:
     network = dig(doc, ("spec", "network")) or {}
     first = None
-    for group in _jobset_groups(doc):
+    groups = {group.name: group for group in _jobset_groups(doc)}
+    for group in groups.values():
         for container in containers(file, group.obj, group.pod, maps, group.name):
-            if _check_worker(container, group, (), report):
+            if _check_worker(container, group, groups, (), report):
                 first = first or container
     if first is None:
         return
@@ -385,7 +472,8 @@ def check_cluster(file: str, docs: Sequence[Any], maps, report: Report) -> None:
             if kind == "Job" and isinstance(dig(doc, ("spec", "template", "spec")), dict):
                 group = _job_group(doc)
                 for container in containers(file, group.obj, group.pod, maps):
-                    _check_worker(container, group, services, report)
+                    kind = _settings_quiet(_env(container, group)).task_type or "worker"
+                    _check_worker(container, group, {kind: group}, services, report)
             elif kind == "JobSet":
                 _check_jobset(file, doc, maps, report)
             elif kind == "TFJob":

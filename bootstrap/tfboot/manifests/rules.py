@@ -40,6 +40,7 @@ RULES: dict[str, tuple[str, str]] = {
     "tmp-not-writable": (WARNING, "read-only root filesystem without a volume at /tmp"),
     "dist-tasks-count": (ERROR, "DIST_TASKS unequal to the Pods run (completions, parallelism)"),
     "dist-task-index": (ERROR, "no per-Pod task index (not an Indexed Job, or several Jobs)"),
+    "dist-tf-config": (ERROR, "DISTRIBUTED=k8s with a TF_CONFIG of its own: stops at import"),
     "dist-hosts": (ERROR, "DIST_HOSTS unequal to the Pods' DNS names"),
     "dist-subdomain": (ERROR, "no subdomain, or no headless Service of that name"),
     "dist-service-selector": (ERROR, "the headless Service does not select the worker Pods"),
