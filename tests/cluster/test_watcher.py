@@ -11,7 +11,7 @@ TIMEOUT_S = 2
 WATCH = """
 import os, signal, sys, time
 from tfboot.cluster.watcher import watch
-child = watch(["localhost:{port}"], {timeout}, quiet=True)
+child = watch(["localhost:{port}"], {timeout}, quiet={quiet})
 time.sleep(1)  # the child is running, with its SIGINT ignored
 print("own session:", os.getsid(child.pid) != os.getsid(0), flush=True)
 os.kill(child.pid, signal.{signal})
@@ -20,20 +20,26 @@ print("survived", child.poll(), flush=True)
 """
 
 
-def watch(signal: str, wait: float) -> tuple[int, str, list[str]]:
+def watch(signal: str, wait: float, quiet: bool = True) -> tuple[int, str, list[str]]:
     (absent,) = free_ports(1)
-    code = WATCH.format(port=absent, timeout=TIMEOUT_S, signal=signal, wait=wait)
+    code = WATCH.format(port=absent, timeout=TIMEOUT_S, signal=signal, wait=wait, quiet=quiet)
     result = run_python(code, timeout=60)
     lines = [x for x in result.stderr.splitlines() if x.startswith("tfboot:")]
     return result.returncode, result.stdout, lines
 
 
 def test_a_killed_watcher_cancels_the_watchdog() -> None:
+    code, out, lines = watch("SIGKILL", TIMEOUT_S + EXIT_MARGIN_S + 2, quiet=False)
+    assert code == 0 and "survived -9" in out, (out, lines)
+    assert lines[-1] == (
+        "tfboot: warning: cluster: peer watcher ended (status -9); peers no longer watched"
+    )
+
+
+def test_quiet_silences_the_watchers_warnings() -> None:
     code, out, lines = watch("SIGKILL", TIMEOUT_S + EXIT_MARGIN_S + 2)
     assert code == 0 and "survived -9" in out, (out, lines)
-    assert lines == [
-        "tfboot: warning: cluster: peer watcher ended (status -9); peers no longer watched"
-    ]
+    assert lines == []
 
 
 def test_the_watcher_ignores_ctrl_c_in_its_own_session() -> None:
@@ -67,3 +73,43 @@ def test_a_peer_answering_just_before_the_deadline_leaves_the_margin_to_reconnec
     code = LATE.format(port=port, timeout=3, busy=5.5, margin=EXIT_MARGIN_S)
     result = run_python(code, timeout=60)
     assert result.returncode == 0 and "survived" in result.stdout, result.stderr[-2000:]
+
+
+def test_peers_that_answer_but_never_form_the_group_end_the_worker_with_its_line() -> None:
+    """A listener that accepts and says nothing (a sidecar proxy) answers for the peer; the
+    lock stays held past the deadline, as TensorFlow's wait for the group holds it."""
+    (port,) = free_ports(1)
+    code = PROXY.format(port=port, timeout=TIMEOUT_S, busy=TIMEOUT_S + EXIT_MARGIN_S + 5)
+    result = run_python(code, timeout=60)
+    lines = [x for x in result.stderr.splitlines() if x.startswith("tfboot:")]
+    assert result.returncode == 1 and "survived" not in result.stdout, result.stderr[-2000:]
+    assert "accept TCP connections, but TensorFlow has not formed the group" in lines[-1], lines
+    assert "DIST_STARTUP_TIMEOUT=2 reached, ending this worker (exit status 1)" in lines[-1]
+
+
+PROXY = """
+import socket, sys, time
+from tfboot.cluster.watcher import watch
+server = socket.create_server(("localhost", {port}))  # accepts, says nothing
+start = time.monotonic()
+watch(["localhost:{port}"], {timeout}, quiet=True)
+sys.setswitchinterval(30)
+while time.monotonic() < start + {busy}:
+    pass
+print("survived", flush=True)
+"""
+
+
+def test_many_peers_reach_the_watcher_whatever_their_number() -> None:
+    """3000 peers (more than one argument string may hold) go to the child on its stdin."""
+    code = """
+import time
+from tfboot.cluster.watcher import watch
+peers = [f"worker-{i}.a-long-subdomain-name.namespace.svc.cluster.local:2222" for i in range(3000)]
+child = watch(peers, None, quiet=True)
+time.sleep(2)
+print("watching", child.poll() is None, flush=True)
+child.kill()
+"""
+    result = run_python(code, timeout=60)
+    assert "watching True" in result.stdout, result.stderr[-2000:]

@@ -55,6 +55,7 @@ ANSWERED, TIMED_OUT = 0, 3  # the child's exit statuses
 # descendants (subprocesses, multiprocessing workers importing TensorFlow) start no second one.
 MARKER = "TFBOOT_PEERS_WATCHED_BY"
 NO_ANSWER = "no answer yet"
+ANSWERED_LINE = b"answered\n"  # the child's word to the worker, on its stdout
 _keep: list[object] = []  # faulthandler's file, open as long as the watchdog may fire
 
 
@@ -134,7 +135,11 @@ def wait_line(pending: dict[str, str], elapsed: float) -> str:
 def run(parent: int, started: float, peers: list[str], timeout: float | None, quiet: bool) -> int:
     """The child's loop; returns ANSWERED (also when the worker is gone) or TIMED_OUT.
 
-    ``started`` is the worker's ``time.monotonic()`` when it started the child.
+    ``started`` is the worker's ``time.monotonic()`` when it started the child. Once every
+    peer answered, the child says so on stdout (``ANSWERED_LINE``) and, with a timeout, stays
+    until the worker stops it: if the worker is still stuck at the deadline (a sidecar proxy
+    answered for an absent peer, or TensorFlow cannot form the group), the exit that follows
+    comes with a line saying so.
     """
     wake = threading.Event()
     probes = [PeerProbe(peer, wake) for peer in peers]
@@ -149,7 +154,7 @@ def run(parent: int, started: float, peers: list[str], timeout: float | None, qu
             if printed:
                 done = f"cluster: all {len(peers)} peer(s) answered after {now - started:.0f} s"
                 _emit("info", done)
-            return ANSWERED
+            return _answered(parent, started, len(peers), timeout)
         for p in probes:
             if p.due(now):
                 p.start(now)
@@ -165,33 +170,72 @@ def run(parent: int, started: float, peers: list[str], timeout: float | None, qu
     return ANSWERED
 
 
-def _follow(child: subprocess.Popen[bytes], timeout: float | None) -> None:
-    """Once the child ends without reaching the timeout, nothing may end the worker."""
+def _answered(parent: int, started: float, count: int, timeout: float | None) -> int:
+    """Tell the worker every peer answered; with a timeout, name the cause if it still ends."""
+    try:
+        os.write(1, ANSWERED_LINE)
+    except OSError:
+        return ANSWERED  # the worker is gone
+    if timeout is None:
+        return ANSWERED
+    while os.getppid() == parent and time.monotonic() < started + timeout:
+        time.sleep(min(PROBE_S, max(0.0, started + timeout - time.monotonic())))
+    if os.getppid() != parent:
+        return ANSWERED
+    _emit(
+        "error",
+        f"cluster: all {count} peer(s) accept TCP connections, but TensorFlow has not formed "
+        f"the group after {timeout:g} s: something answers for the peers without being them "
+        "(a sidecar proxy such as Istio's: exclude the cluster port from it) or a peer is not "
+        f"a TensorFlow server; DIST_STARTUP_TIMEOUT={timeout:g} reached, ending this worker "
+        "(exit status 1)",
+    )
+    return TIMED_OUT
+
+
+def _follow(child: subprocess.Popen[bytes], timeout: float | None, quiet: bool) -> None:
+    """Once every peer answered, or the child ends without reaching the timeout, nothing may
+    end the worker. Runs when the worker's interpreter is free: while TensorFlow holds it,
+    waiting for the group, the watchdog stays armed."""
+    assert child.stdout is not None
+    if child.stdout.readline() == ANSWERED_LINE:
+        if timeout is not None:
+            faulthandler.cancel_dump_traceback_later()
+        child.terminate()  # it waits only to name the cause of a timeout exit
+        child.wait()
+        return
     status = child.wait()
     if status == TIMED_OUT:
         return
     if timeout is not None:
         faulthandler.cancel_dump_traceback_later()
-    if status != ANSWERED:
+    if status != ANSWERED and not quiet:
         _emit("warning", f"cluster: peer watcher ended (status {status}); peers no longer watched")
 
 
 def watch(peers: list[str], timeout: float | None, quiet: bool) -> subprocess.Popen[bytes] | None:
     """Start the watcher child for ``peers``; with ``timeout``, arm the exit. Never blocks.
 
-    None, starting nothing, in a descendant of a process that watches them already.
+    None, starting nothing, in a descendant of a process that watches them already. The
+    peers go to the child on its stdin, so their number never meets the argument limits.
     """
     if os.environ.get(MARKER, str(os.getpid())) != str(os.getpid()):
         return None
     started = time.monotonic()
     args = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()), repr(started)]
-    args += [str(timeout or 0), "quiet" if quiet else "info", *peers]
+    args += [str(timeout or 0), "quiet" if quiet else "info"]
     try:
         child = subprocess.Popen(  # its own session: a terminal's Ctrl-C reaches only the worker
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
         )
+        assert child.stdin is not None
+        with child.stdin:
+            child.stdin.write("\n".join(peers).encode())
     except OSError as exc:  # no interpreter to run (an embedded Python): say so, go on
-        _emit("warning", f"cluster: the peer watcher could not start ({exc}); peers not watched")
+        if not quiet:
+            _emit(
+                "warning", f"cluster: the peer watcher could not start ({exc}); peers not watched"
+            )
         return None
     os.environ[MARKER] = str(os.getpid())
     if timeout is not None:
@@ -199,7 +243,7 @@ def watch(peers: list[str], timeout: float | None, quiet: bool) -> subprocess.Po
         _keep.append(sink)
         faulthandler.dump_traceback_later(timeout + EXIT_MARGIN_S, exit=True, file=sink)
     waiter = threading.Thread(
-        target=_follow, args=(child, timeout), name="tfboot-peers", daemon=True
+        target=_follow, args=(child, timeout, quiet), name="tfboot-peers", daemon=True
     )
     waiter.start()
     return child
@@ -207,6 +251,7 @@ def watch(peers: list[str], timeout: float | None, quiet: bool) -> subprocess.Po
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the worker decides on an interrupt
-    _parent, _started, _timeout, _level, *_peers = sys.argv[1:]
+    _parent, _started, _timeout, _level = sys.argv[1:]
+    _peers = sys.stdin.read().split()
     _code = run(int(_parent), float(_started), _peers, float(_timeout) or None, _level == "quiet")
     sys.exit(_code)

@@ -29,6 +29,13 @@ def check_text(file: str, text: str, report: Report) -> None:
         maps = configmaps(docs)
         for obj, group, pod in workloads(docs):
             objects.add(obj)
+            if not pod.get("containers"):
+                report.add(
+                    (file, obj, group or "-"),
+                    "malformed",
+                    "the Pod template has no containers: the API server refuses it",
+                    "list the training container under spec.containers",
+                )
             for container in containers(file, obj, pod, maps, group):
                 report.containers += 1
                 for check in CONTAINER_CHECKS:

@@ -11,7 +11,11 @@ import sys
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-_QUANTITY = re.compile(r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$")
+_QUANTITY = re.compile(
+    r"^([+-]?(?:\d+(?:\.\d*)?|\.\d+))([eE][+-]?\d+|[KMGTPE]i|[numkMGTPE])?$", re.ASCII
+)
+# Kubernetes keeps a quantity in 64 bits: anything larger is not a quantity it accepts.
+MAX_QUANTITY = Decimal(2**63 - 1)
 _SUFFIX = {"": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
            "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
            "P": Decimal("1e15"), "E": Decimal("1e18")}  # fmt: skip
@@ -107,7 +111,9 @@ def quantity(value: Any) -> Decimal | None:
     number, suffix = match.group(1), match.group(2) or ""
     try:
         if suffix[:1] in ("e", "E"):
-            return Decimal(number + suffix)
-        return Decimal(number) * _SUFFIX[suffix]
+            amount = Decimal(number + suffix)
+        else:
+            amount = Decimal(number) * _SUFFIX[suffix]
     except InvalidOperation:
         return None
+    return amount if abs(amount) <= MAX_QUANTITY else None

@@ -14,7 +14,9 @@ def check_resources(container: Container, report: Report) -> None:
     """cpu and memory requests and limits present, quantities valid, requests within limits."""
     requests, limits = container.resources("requests"), container.resources("limits")
     for kind, values in (("requests", requests), ("limits", limits)):
-        missing = [r for r in ("cpu", "memory") if r not in values]
+        # Kubernetes defaults a missing request to its limit.
+        given = {**limits, **values} if kind == "requests" else values
+        missing = [r for r in ("cpu", "memory") if r not in given]
         if missing:
             report.add(
                 container.where,
