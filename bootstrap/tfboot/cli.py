@@ -87,6 +87,13 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def _env_file(value: str) -> str:
+    """An argparse type: the path of a .env file, never blank."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("give the path of a .env file (an empty one names none)")
+    return value
+
+
 def _environment(env_file: str | None) -> dict[str, str]:
     env = dict(os.environ)
     if env_file is not None:
@@ -236,7 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="validate the environment or a .env file")
     for sub in (show, check):
         sub.add_argument(
-            "--env-file", metavar="FILE", help="read this .env file, as TFBOOT_ENV_FILE would"
+            "--env-file",
+            type=_env_file,
+            metavar="FILE",
+            help="read this .env file, as TFBOOT_ENV_FILE would",
         )
         sub.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(func=cmd_show)

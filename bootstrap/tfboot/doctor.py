@@ -14,6 +14,7 @@ from .apply import apply, last_result
 from .cpu import cpu_budget
 from .errors import ConfigError
 from .plan import INTER_ENV, INTRA_ENV, Plan
+from .report import Result
 
 
 def _logical_caps(
@@ -53,9 +54,9 @@ def collect(verify: bool = False) -> dict[str, Any]:
     except ConfigError as exc:
         error = str(exc)
     result = last_result()
-    report: dict[str, Any] = result.to_dict() if result is not None else {"applied": False}
-    if error is not None:
-        report["error"] = error
+    if result is None:  # refused under TFBOOT_ON_ERROR=raise: the same keys, nothing applied
+        result = Result(error=error)
+    report: dict[str, Any] = result.to_dict()
     report["tensorflow_version"] = tf.__version__
     physical = {kind: tf.config.list_physical_devices(kind) for kind in ("CPU", "GPU")}
     report["physical_devices"] = {k: [d.name for d in v] for k, v in physical.items()}

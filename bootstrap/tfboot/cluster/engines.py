@@ -252,11 +252,14 @@ def _slurm(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
     if rank >= total:
         raise ConfigError(
             Problem(
-                "SLURM_PROCID", str(rank), f"the step has {total} task(s), ranks 0 to {total - 1}"
+                "SLURM_PROCID",
+                env["SLURM_PROCID"],
+                f"the step has {total} task(s), ranks 0 to {total - 1}",
             )
         )
     _check_node(env, layout, rank)
     base = cluster.port or SLURM_PORT
+    _check_ports(cluster, base, max(local for _, local in layout) + 1)
     counts = dict(tasks)
     order = [kind for kind in TASK_TYPES if kind in counts]
     roles = [(kind, i) for kind in order for i in range(counts[kind])]
@@ -274,6 +277,21 @@ def _slurm(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
         "port": f"{port_source} + rank on node {layout[rank][1]}",
     }
     return Identity("slurm", _checked(addresses, kind, index), build=True, sources=sources)
+
+
+def _check_ports(cluster: ClusterSettings, base: int, per_node: int) -> None:
+    """Tasks sharing a node take ports ``base`` to ``base + per_node - 1``: all must exist."""
+    if base + per_node - 1 <= 65535:
+        return
+    raise ConfigError(
+        Problem(
+            "DIST_PORT",
+            cluster.given["DIST_PORT"][0] if "DIST_PORT" in cluster.given else str(base),
+            f"a node runs {per_node} tasks of this step, which take ports {base} to "
+            f"{base + per_node - 1}: expected a port from 1 to {65536 - per_node}",
+            verdict="cannot be met on this step",
+        )
+    )
 
 
 def _check_node(env: Mapping[str, str], layout: list[tuple[str, int]], rank: int) -> None:

@@ -54,6 +54,8 @@ class ClusterPlan:
         identity, config = self.identity, self.identity.config
         if config is None:
             return "cluster: single node (DISTRIBUTED=auto found no engine); TF_CONFIG not set"
+        if not config.cluster:
+            return "cluster: single node (TF_CONFIG names no cluster); nothing set"
         src = identity.sources
         action = "TF_CONFIG built" if identity.build else "TF_CONFIG found, checked"
         if src.get("tf_config") == "inherited":
