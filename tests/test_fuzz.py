@@ -17,11 +17,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tfboot import ConfigError, resolve
+from tfboot.cgroup import CgroupError, cpu_quota
 from tfboot.cluster import NAMES as CLUSTER_NAMES
 from tfboot.cluster.plan import plan_cluster
-from tfboot.cpu import CpuBudget
+from tfboot.cpu import CpuBudget, cpu_budget
 from tfboot.envfile import read_env_file
-from tfboot.manifests import Report, check_text
+from tfboot.manifests import InputError, Report, check_paths, check_text
 from tfboot.plan import make_plan
 from tfboot.settings import ALL_NAMES, FILE_NAMES, MAX_CPU_THREADS, MAX_MEMORY_MB
 
@@ -122,6 +123,9 @@ keys = st.one_of(
 )
 lines = st.one_of(
     st.builds(lambda k, v: f"{k}={v}{SECRET}", keys, values),
+    st.builds(lambda k, v: f"{k}={v}${{PLANTED}}", keys, values),  # interpolates the secret
+    st.builds(lambda k: f"{k}=${{PLANTED:-x}}", keys),
+    st.builds(lambda t: f"ghp_{SECRET}{t}", st.text(alphabet=string.ascii_letters, max_size=30)),
     st.builds(lambda k, v: f"export {k}='{SECRET}{v}'", keys, values),
     st.builds(lambda k: f'{k}="{SECRET}', keys),
     st.builds(lambda t: f"{SECRET}{t}", st.text(max_size=30)),
@@ -130,6 +134,11 @@ lines = st.one_of(
 files = st.one_of(
     st.lists(lines, max_size=12).map(lambda ls: "\n".join(ls).encode()),
     st.binary(max_size=200).map(lambda b: SECRET.encode() + b),
+    st.builds(  # valid lines around bytes that are not UTF-8
+        lambda head, junk: f"VIRTUAL_SPLIT=2\n{head}\n".encode() + junk + SECRET.encode(),
+        st.sampled_from(["", "DISTRIBUTED=k8s", f"{SECRET}"]),
+        st.binary(min_size=1, max_size=20).map(lambda b: b"\xff" + b),
+    ),
 )
 
 
@@ -143,6 +152,85 @@ def test_env_files_never_leak_and_raise_only_config_error(tmp_path: Path, data: 
     except ConfigError as exc:
         assert_clean(exc)
         assert "s3cret" not in str(exc)
+
+
+@fuzz
+@given(files, st.sampled_from(BASES))
+def test_env_files_through_the_settings_never_quote_the_file(
+    tmp_path: Path, data: bytes, base: dict[str, str]
+) -> None:
+    """The same files, resolved with a valid base: the values the file sets are parsed, and a
+    bad one is named by its line, never quoted (nor what ${PLANTED} expanded to)."""
+    path = tmp_path / "fuzz.env"
+    path.write_bytes(data)
+    env = {"TFBOOT_ENV_FILE": str(path), "PLANTED": SECRET}
+    env.update({k: v for k, v in base.items() if k not in FILE_NAMES})
+    try:
+        settings = resolve(env)
+        if settings.cluster is not None:
+            plan_cluster(settings.distributed, settings.cluster, env)
+    except ConfigError as exc:
+        assert_clean(exc)
+        assert "s3cret" not in str(exc)
+
+
+def cgroup_tree(root: Path, files: dict[str, bytes]) -> str:
+    for name, data in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return str(root)
+
+
+CGROUP_FILES = [
+    "proc/self/cgroup", "proc/self/mountinfo", "sys/fs/cgroup/cpu.max",
+    "sys/fs/cgroup/cpu/cpu.cfs_quota_us", "sys/fs/cgroup/cpu/cpu.cfs_period_us",
+]  # fmt: skip
+cgroup_lines = st.one_of(
+    st.sampled_from([
+        b"0::/", b"0::/kubepods/pod\xc3\xa9", b"4:cpu,cpuacct:/", b"x:y:z", b"0::",
+        b"30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw",
+        b"35 25 0:31 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu,cpuacct",
+        b"41 22 0:50 / /tmp/donn\xc3\xa9es rw - tmpfs none rw", b"42 22 0:51 / /a\\040b rw - x",
+        b"150000 100000", b"max 100000", b"-1", b"100000", b"0 0", b"\xff\xfe 1",
+    ]),
+    st.binary(max_size=60),
+)  # fmt: skip
+cgroup_contents = st.one_of(
+    st.lists(cgroup_lines, max_size=5).map(b"\n".join), st.binary(max_size=300)
+)
+
+
+@fuzz
+@given(st.dictionaries(st.sampled_from(CGROUP_FILES), cgroup_contents))
+def test_cgroup_files_of_any_bytes_give_a_quota_or_a_cgroup_error(
+    tmp_path_factory: pytest.TempPathFactory, files: dict[str, bytes]
+) -> None:
+    root = cgroup_tree(tmp_path_factory.mktemp("cgroup"), files)
+    try:
+        quota = cpu_quota(root)
+    except CgroupError as exc:
+        text = str(exc)
+        assert text.startswith("/") and ":" in text
+        text.encode("utf-8")  # printable: no lone surrogates
+        return
+    assert quota is None or (quota.cpus > 0 and quota.source.startswith("/"))
+    assert cpu_budget({"TFBOOT_CGROUP_ROOT": root}).affinity >= 1
+
+
+@fuzz
+@given(st.binary(max_size=400))
+def test_manifest_files_of_any_bytes_give_findings_or_an_input_error(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes
+) -> None:
+    path = tmp_path_factory.mktemp("manifest") / "fuzz.yaml"
+    path.write_bytes(data)
+    try:
+        report = check_paths([str(path)])
+    except InputError as exc:
+        assert str(exc).startswith("cannot read")
+        return
+    assert all(finding.rule and finding.message for finding in report.findings)
 
 
 scalars = st.one_of(
