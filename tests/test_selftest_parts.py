@@ -82,7 +82,7 @@ def test_child_env_keeps_the_node_and_replaces_tfboot_settings() -> None:
         (["--gpu", "1,1"], "listed more than once"),
         (["--gpu", "x"], "expected all, none, a GPU index"),
         (["--cap-mb", "10"], "expected a number of MiB from 64 to 1048576"),
-        (["--cap-mb", "9" * 5000], "(5000 characters)': expected a number of MiB from 64"),
+        (["--cap-mb", "9" * 5000], "(5000 characters): expected a number of MiB from 64"),
         (["--timeout", "0"], "expected a number of seconds from 1 to 86400"),
         (["--timeout", "1" + "0" * 20], "expected a number of seconds from 1 to 86400"),
         (["--only", "memory_limit,caps"], "'caps' is not a row; the rows are visible_gpu,"),

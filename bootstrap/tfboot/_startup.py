@@ -26,7 +26,9 @@ def install() -> bool:
         return True
     except BaseException as exc:
         if os.environ.get("TFBOOT_LOG", "").strip().lower() == "debug":
-            os.write(2, f"tfboot: debug: import hook not installed: {exc!r}\n".encode())
+            from .values import line
+
+            os.write(2, (line("debug", f"import hook not installed: {exc!r}") + "\n").encode())
         return False
 
 

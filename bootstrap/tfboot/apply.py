@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from . import report
 from .cpu import cpu_budget
 from .errors import ConfigError, Problem
-from .plan import Plan, make_plan, needs_devices
+from .plan import Call, Device, Logical, Plan, keras_plan, make_plan, needs_devices
 from .report import Result
 from .settings import DISABLE, ON_ERROR, Settings, disabled, read_control, resolve
 
@@ -59,10 +59,15 @@ def validate(env: Mapping[str, str] | None = None) -> None:
     _validated = (dict(env), settings)
 
 
-def _settings(env: Mapping[str, str]) -> Settings:
-    """The settings ``validate`` resolved for this environment, else resolved now."""
+def _settings(env: Mapping[str, str], keep: bool = False) -> Settings:
+    """The settings ``validate`` resolved for this environment, else resolved now.
+
+    ``keep``: leave them for TensorFlow's configuration (Keras loaded during its import).
+    """
     global _validated
-    validated, _validated = _validated, None
+    validated = _validated
+    if not keep:
+        _validated = None
     if validated is not None and validated[0] == env:
         return validated[1]
     return resolve(env)
@@ -122,71 +127,16 @@ def _configure(tf: ModuleType, env: Mapping[str, str]) -> Result:
 
 
 def _execute(tf: ModuleType, plan: Plan, gpus: list[Any]) -> list[str]:
-    """Run the plan in TensorFlow's required order; return a description of each call."""
+    """Carry out the plan: its environment, then its calls in order; describe each call."""
     calls: list[str] = []
     for name, value in plan.environ.items():
         os.environ[name] = value
         calls.append(f"os.environ[{name!r}] = {value!r}")
-    config = tf.config
-    steps: list[tuple[str, Any, tuple[Any, ...]]] = []
-    visible = range(len(gpus)) if plan.visible_gpus is None else plan.visible_gpus
-    if plan.visible_gpus is not None:
-        chosen = [gpus[i] for i in plan.visible_gpus]
-        steps.append(("set_visible_devices", config.set_visible_devices, (chosen, "GPU")))
-    if plan.memory_growth is not None:
-        for i in visible:
-            steps.append(
-                (
-                    "set_memory_growth",
-                    config.experimental.set_memory_growth,
-                    (gpus[i], plan.memory_growth),
-                )
-            )
-    for i, sizes in plan.gpu_logical_mb.items():
-        logical = [config.LogicalDeviceConfiguration(memory_limit=mb) for mb in sizes]
-        steps.append(
-            (
-                "set_logical_device_configuration",
-                config.set_logical_device_configuration,
-                (gpus[i], logical),
-            )
-        )
-    if plan.cpu_logical:
-        cpu = config.list_physical_devices("CPU")[0]
-        logical = [config.LogicalDeviceConfiguration() for _ in range(plan.cpu_logical)]
-        steps.append(
-            (
-                "set_logical_device_configuration",
-                config.set_logical_device_configuration,
-                (cpu, logical),
-            )
-        )
-    threading_ = config.threading
-    for value, name, setter in (
-        (
-            plan.intra_op_threads,
-            "set_intra_op_parallelism_threads",
-            threading_.set_intra_op_parallelism_threads,
-        ),
-        (
-            plan.inter_op_threads,
-            "set_inter_op_parallelism_threads",
-            threading_.set_inter_op_parallelism_threads,
-        ),
-        (plan.soft_placement, "set_soft_device_placement", config.set_soft_device_placement),
-        (
-            plan.log_device_placement,
-            "set_log_device_placement",
-            tf.debugging.set_log_device_placement,
-        ),
-        (plan.xla_jit, "optimizer.set_jit", config.optimizer.set_jit),
-    ):
-        if value is not None:
-            steps.append((name, setter, (value,)))
-    for name, call, args in steps:
-        described = f"tf.config.{name}({', '.join(_describe(a) for a in args)})"
+    for call in plan.calls:
+        args = tuple(_materialize(tf, arg, gpus) for arg in call.args)
+        described = f"tf.config.{call.name}({', '.join(_describe(a) for a in args)})"
         try:
-            call(*args)
+            _target(tf, call)(*args)
         except RuntimeError as exc:
             raise ConfigError(
                 Problem(
@@ -201,6 +151,30 @@ def _execute(tf: ModuleType, plan: Plan, gpus: list[Any]) -> list[str]:
             ) from None
         calls.append(described)
     return calls
+
+
+def _target(module: ModuleType, call: Call) -> Any:
+    target: Any = module
+    for name in call.target.split("."):
+        target = getattr(target, name)
+    return target
+
+
+def _materialize(tf: ModuleType, arg: Any, gpus: list[Any]) -> Any:
+    """A plan's argument as TensorFlow's object: a physical device, a logical configuration."""
+    if isinstance(arg, list):
+        return [_materialize(tf, a, gpus) for a in arg]
+    if isinstance(arg, Device):
+        return (
+            gpus[arg.index]
+            if arg.kind == "GPU"
+            else tf.config.list_physical_devices(arg.kind)[arg.index]
+        )
+    if isinstance(arg, Logical):
+        if arg.memory_limit is None:
+            return tf.config.LogicalDeviceConfiguration()
+        return tf.config.LogicalDeviceConfiguration(memory_limit=arg.memory_limit)
+    return arg
 
 
 def _describe(value: Any) -> str:
@@ -220,8 +194,9 @@ def apply_keras(keras: ModuleType, env: Mapping[str, str] | None = None) -> str 
     env = os.environ if env is None else env
     if disabled(env):
         return None
+    configured = _result.plan if _result is not None else None
     try:
-        settings = resolve(env)
+        settings = _result.settings if _result and _result.settings else _settings(env, True)
     except ConfigError as exc:
         if _result is not None or "tensorflow" in sys.modules:
             return None  # the TensorFlow hook reports it (TF's import may load Keras first)
@@ -229,9 +204,10 @@ def apply_keras(keras: ModuleType, env: Mapping[str, str] | None = None) -> str 
             raise
         report.emit("warning", f"invalid configuration, Keras keeps its defaults: {exc}")
         return None
-    policy = settings.mixed_precision
-    if policy is not None:
-        keras.mixed_precision.set_global_policy(policy)
+    policy = None
+    for call in (configured or keras_plan(settings)).keras_calls:
+        _target(keras, call)(*call.args)
+        policy = call.args[0]
         if settings.control.log == "debug":
-            report.emit("debug", f"keras.mixed_precision.set_global_policy({policy!r})")
+            report.emit("debug", f"keras.{call.target}({', '.join(map(repr, call.args))})")
     return policy

@@ -1,9 +1,12 @@
-"""The container's CPU quota, from cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``.
+"""The container's limits from its cgroup: the CPU quota and the memory limit.
+
+CPU: cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``. Memory: v2 ``memory.max`` or v1
+``memory.limit_in_bytes``.
 
 The cgroup directory is found through ``/proc/self/cgroup`` and ``/proc/self/mountinfo``
 (a container sees its own cgroup as the mount's root, so paths are resolved against the
 mount's root, not joined naively). Every level from the process's cgroup up to the mount
-point is read, and the smallest quota wins. ``root`` points the reader at a fake tree.
+point is read, and the smallest limit wins. ``root`` points the reader at a fake tree.
 """
 
 from __future__ import annotations
@@ -22,6 +25,22 @@ class Quota:
 
     cpus: float
     source: str
+
+
+@dataclass(frozen=True)
+class MemoryLimit:
+    """A memory limit in bytes and the file it came from."""
+
+    bytes: int
+    source: str
+
+    @property
+    def mib(self) -> int:
+        return self.bytes // (1 << 20)
+
+
+# cgroup v1's "no limit": LONG_MAX rounded down to a 4 KiB page. Any value this large is none.
+V1_UNLIMITED = 9223372036854771712
 
 
 @dataclass(frozen=True)
@@ -147,35 +166,109 @@ def cpu_quota(root: str = "/") -> Quota | None:
 
     Raises ``CgroupError`` (only) when a cgroup file is present but unreadable or malformed.
     """
+    found = _tightest_limit(root, "cpu", _v1_quota, "cpu.cfs_quota_us", _v2_quota, "cpu.max")
+    return None if found is None else Quota(found[0], found[1])
+
+
+def memory_limit(root: str = "/") -> MemoryLimit | None:
+    """The tightest memory limit on the process's cgroup path in bytes, or None if none.
+
+    cgroup v2 ``memory.max`` or v1 ``memory.limit_in_bytes``. v1 writes "no limit" as a
+    huge number (9223372036854771712, ``LONG_MAX`` rounded down to a page): a limit at or
+    above the host's memory (``MemTotal``) is no limit. Swap (``memory.swap.max``,
+    ``memory.memsw.limit_in_bytes``) is not counted: the budget is RAM.
+    """
+    found = _tightest_limit(
+        root, "memory", _v1_memory, "memory.limit_in_bytes", _v2_memory, "memory.max"
+    )
+    if found is None:
+        return None
+    total = _mem_total(root)
+    if total is not None and found[0] >= total:
+        return None
+    return MemoryLimit(int(found[0]), found[1])
+
+
+def _v2_memory(root: str, directory: str) -> float | None:
+    path = os.path.join(directory, "memory.max")
+    text = read_text(root, path).strip()
+    if text == "max":
+        return None
+    return _bytes(path, text)
+
+
+def _v1_memory(root: str, directory: str) -> float | None:
+    path = os.path.join(directory, "memory.limit_in_bytes")
+    text = read_text(root, path).strip()
+    if text == "-1":
+        return None
+    number = _bytes(path, text)
+    return None if number >= V1_UNLIMITED else number
+
+
+def _bytes(path: str, text: str) -> int:
+    number = digits(text)
+    if not number:
+        raise CgroupError(f"{shown(path)}: expected 'max' or a positive number of bytes")
+    return number
+
+
+def _mem_total(root: str) -> int | None:
+    """``MemTotal`` from ``/proc/meminfo`` in bytes; None when it cannot be read."""
+    try:
+        text = read_text(root, "/proc/meminfo")
+    except CgroupError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        fields = value.split()
+        if name == "MemTotal" and len(fields) == 2 and fields[1] == "kB":
+            kib = digits(fields[0])
+            return None if kib is None else kib * 1024
+    return None
+
+
+def _tightest_limit(
+    root: str,
+    controller: str,
+    read_v1: Callable[[str, str], float | None],
+    v1_name: str,
+    read_v2: Callable[[str, str], float | None],
+    v2_name: str,
+) -> tuple[float, str] | None:
+    """The smallest limit of ``controller`` from the process's cgroup up to the mount.
+
+    cgroup v1 with the controller (also on hybrid hosts) decides; else the v2 unified tree.
+    """
     try:
         memberships = _memberships(root)
         mounts = _mounts(root)
     except Missing:
         return None
-    # cgroup v1 with a cpu controller (also on hybrid hosts); otherwise the v2 unified tree.
     for hierarchy, controllers, path in memberships:
-        if hierarchy != 0 and "cpu" in controllers:
-            mount = next((m for m in mounts if m.version == 1 and "cpu" in m.controllers), None)
+        if hierarchy != 0 and controller in controllers:
+            mount = next(
+                (m for m in mounts if m.version == 1 and controller in m.controllers), None
+            )
             if mount is not None:
-                return _tightest(root, mount, path, _v1_quota)
+                return _tightest(root, mount, path, read_v1, v1_name)
     for hierarchy, _controllers, path in memberships:
         if hierarchy == 0:
             mount = next((m for m in mounts if m.version == 2), None)
             if mount is not None:
-                return _tightest(root, mount, path, _v2_quota)
+                return _tightest(root, mount, path, read_v2, v2_name)
     return None
 
 
 def _tightest(
-    root: str, mount: _Mount, path: str, read_quota: Callable[[str, str], float | None]
-) -> Quota | None:
-    best: Quota | None = None
+    root: str, mount: _Mount, path: str, read: Callable[[str, str], float | None], name: str
+) -> tuple[float, str] | None:
+    best: tuple[float, str] | None = None
     for directory in _directories(mount, path):
         try:
-            cpus = read_quota(root, directory)
+            value = read(root, directory)
         except Missing:
             continue
-        if cpus is not None and (best is None or cpus < best.cpus):
-            name = "cpu.max" if mount.version == 2 else "cpu.cfs_quota_us"
-            best = Quota(cpus, shown(os.path.join(directory, name)))
+        if value is not None and (best is None or value < best[0]):
+            best = (value, shown(os.path.join(directory, name)))
     return best

@@ -302,8 +302,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     selftest.set_defaults(func=cmd_selftest)
 
-    # Listed for --help; main() hands `manifests` to its own parser.
-    commands.add_parser("manifests", help="check Kubernetes YAML (files or - for stdin)")
+    from . import manifests as checker
+
+    manifests = commands.add_parser(
+        "manifests",
+        help="check Kubernetes YAML (files or - for stdin)",
+        description=checker.DESCRIPTION,
+        epilog=checker.EPILOG,
+    )
+    checker.add_arguments(manifests)
+    manifests.set_defaults(func=checker.run)
     return parser
 
 
@@ -318,10 +326,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: list[str]) -> int:
-    if argv[:1] == ["manifests"]:  # its own parser: options before PATHs, and its own --help
-        from .manifests import main as manifests_main
-
-        return manifests_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

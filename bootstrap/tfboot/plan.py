@@ -1,16 +1,23 @@
 """Turn ``Settings`` plus the devices TensorFlow lists into the exact ``tf.config`` calls.
 
-Pure: no TensorFlow import. Every decision is recorded with its reason, for the log line.
+Pure: no TensorFlow import. The plan is the program: ``Plan.calls`` lists the calls in the
+order TensorFlow requires (visible devices, memory growth, logical devices, threads,
+placement and JIT flags), each with its reason, and ``Plan.keras_calls`` the Keras ones;
+``apply`` only carries them out. Every decision is recorded with its reason, for the log
+line.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from .cpu import CpuBudget
 from .errors import ConfigError, Problem
+from .hostmem import PINNED_ENV, PINNED_SHARE, RAM_SHARE, MemoryBudget
 from .settings import Settings
+from .values import nonblank
 
 GPU_SETTINGS = ("VISIBLE_GPU", "MEMORY_LIMIT_MB", "MEMORY_GROWTH")
 # Settings that need TensorFlow's device list; without them tfboot never lists devices.
@@ -19,6 +26,57 @@ ON_THIS_HOST = "cannot be applied on this host"
 INTRA_ENV = "TF_NUM_INTRAOP_THREADS"
 INTER_ENV = "TF_NUM_INTEROP_THREADS"
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
+TF_INITIAL_PARALLELISM = 16  # tf.data's initial parallelism per autotuned transformation
+
+
+@dataclass(frozen=True)
+class Device:
+    """A physical device by its position in ``tf.config.list_physical_devices(kind)``."""
+
+    kind: str
+    index: int
+
+
+@dataclass(frozen=True)
+class Logical:
+    """``tf.config.LogicalDeviceConfiguration``, with a ``memory_limit`` in MiB or none."""
+
+    memory_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of the plan: ``module.target(*args)``, named ``tf.config.<name>`` in logs."""
+
+    target: str  # an attribute path under the module, such as "config.set_visible_devices"
+    args: tuple[Any, ...]  # plain values, Device, Logical, or lists of them
+    reason: str
+    name: str  # how the call is named in the log and in doctor's "calls"
+    module: str = "tf"
+
+
+@dataclass(frozen=True)
+class DataDefaults:
+    """tf.data autotune options every pipeline gets; a pipeline's own options win.
+
+    None where tfboot leaves TensorFlow's default.
+    """
+
+    ram_budget_mib: int | None = None
+    cpu_budget: int | None = None
+    initial_parallelism: int | None = None
+
+    def describe(self) -> str:
+        parts = [
+            f"{label} {value}{unit}"
+            for label, value, unit in (
+                ("RAM budget", self.ram_budget_mib, " MiB"),
+                ("CPU budget", self.cpu_budget, ""),
+                ("initial parallelism", self.initial_parallelism, ""),
+            )
+            if value is not None
+        ]
+        return ", ".join(parts)
 
 
 @dataclass
@@ -38,6 +96,85 @@ class Plan:
     mixed_precision: str | None = None
     decisions: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    gpu_count: int = 0  # GPUs TensorFlow listed
+    data: DataDefaults | None = None  # tf.data defaults, installed after the calls
+    host_memory_mib: int | None = None  # the host-memory limit the budgets come from
+    # field -> the decision behind it, the reason of its calls
+    why: dict[str, str] = field(default_factory=dict)
+
+    def decide(self, attr: str, text: str) -> None:
+        """Record a decision, and that it is the reason for ``attr``'s calls."""
+        self.decisions.append(text)
+        self.why[attr] = text
+
+    @property
+    def calls(self) -> list[Call]:
+        """The ``tf.config`` calls, in the order TensorFlow requires."""
+        why = self.why
+        calls: list[Call] = []
+        if self.visible_gpus is not None:
+            chosen = [Device("GPU", i) for i in self.visible_gpus]
+            calls.append(
+                Call(
+                    "config.set_visible_devices",
+                    (chosen, "GPU"),
+                    why["visible_gpus"],
+                    "set_visible_devices",
+                )
+            )
+        visible = range(self.gpu_count) if self.visible_gpus is None else self.visible_gpus
+        if self.memory_growth is not None:
+            calls += [
+                Call(
+                    "config.experimental.set_memory_growth",
+                    (Device("GPU", i), self.memory_growth),
+                    why["memory_growth"],
+                    "set_memory_growth",
+                )
+                for i in visible
+            ]
+        logical = [(Device("GPU", i), [Logical(mb) for mb in sizes])
+                   for i, sizes in self.gpu_logical_mb.items()]  # fmt: skip
+        if self.cpu_logical:
+            logical.append((Device("CPU", 0), [Logical()] * self.cpu_logical))
+        calls += [
+            Call(
+                "config.set_logical_device_configuration",
+                (device, configs),
+                why["cpu_logical" if device.kind == "CPU" else "gpu_logical_mb"],
+                "set_logical_device_configuration",
+            )
+            for device, configs in logical
+        ]
+        for attr, target, name in (
+            ("intra_op_threads", "config.threading.set_intra_op_parallelism_threads",
+             "set_intra_op_parallelism_threads"),
+            ("inter_op_threads", "config.threading.set_inter_op_parallelism_threads",
+             "set_inter_op_parallelism_threads"),
+            ("soft_placement", "config.set_soft_device_placement", "set_soft_device_placement"),
+            ("log_device_placement", "debugging.set_log_device_placement",
+             "set_log_device_placement"),
+            ("xla_jit", "config.optimizer.set_jit", "optimizer.set_jit"),
+        ):  # fmt: skip
+            value = getattr(self, attr)
+            if value is not None:
+                calls.append(Call(target, (value,), why[attr], name))
+        return calls
+
+    @property
+    def keras_calls(self) -> list[Call]:
+        """The Keras calls, made when Keras is imported (tfboot never imports it)."""
+        if self.mixed_precision is None:
+            return []
+        return [
+            Call(
+                "mixed_precision.set_global_policy",
+                (self.mixed_precision,),
+                self.why["mixed_precision"],
+                "set_global_policy",
+                module="keras",
+            )
+        ]
 
     @property
     def empty(self) -> bool:
@@ -50,7 +187,8 @@ class Plan:
         return sum(len(self.gpu_logical_mb.get(i, ())) or 1 for i in visible) or 1
 
 
-def _given(settings: Settings, name: str) -> str:
+def given_text(settings: Settings, name: str) -> str:
+    """``NAME=value (source)``: how a decision names the variable behind it."""
     value, source = settings.given[name]
     return f"{name}={value} ({source})"
 
@@ -61,13 +199,23 @@ def needs_devices(settings: Settings) -> bool:
     return given or settings.distributed != "off"
 
 
-def make_plan(settings: Settings, gpu_count: int, cpu: CpuBudget, env: Mapping[str, str]) -> Plan:
-    """The plan for this host; device-dependent errors raise ``ConfigError``."""
+def make_plan(
+    settings: Settings,
+    gpu_count: int,
+    cpu: CpuBudget,
+    env: Mapping[str, str],
+    memory: MemoryBudget | None = None,
+) -> Plan:
+    """The plan for this host; device-dependent errors raise ``ConfigError``.
+
+    ``memory`` is the container's memory limit (None: not read, as for ``host``).
+    """
     plan = Plan(
         soft_placement=settings.soft_placement,
         log_device_placement=settings.log_device_placement,
         xla_jit=settings.xla_jit,
         mixed_precision=settings.mixed_precision,
+        gpu_count=gpu_count,
     )
     for name, attr in (
         ("SOFT_PLACEMENT", "soft_placement"),
@@ -76,13 +224,22 @@ def make_plan(settings: Settings, gpu_count: int, cpu: CpuBudget, env: Mapping[s
         ("MIXED_PRECISION", "mixed_precision"),
     ):
         if getattr(plan, attr) is not None:
-            plan.decisions.append(_given(settings, name))
+            plan.decide(attr, given_text(settings, name))
     visible = settings.visible_gpu
     if gpu_count and visible != ():
         _plan_gpus(plan, settings, gpu_count, env)
     else:
         _plan_no_gpu(plan, settings, gpu_count)
     _plan_threads(plan, settings, cpu, env)
+    _plan_host_memory(plan, settings, cpu, env, memory or MemoryBudget(None, ""))
+    return plan
+
+
+def keras_plan(settings: Settings) -> Plan:
+    """The Keras part of the plan alone, for Keras imported before TensorFlow is configured."""
+    plan = Plan(mixed_precision=settings.mixed_precision)
+    if settings.mixed_precision is not None:
+        plan.decide("mixed_precision", given_text(settings, "MIXED_PRECISION"))
     return plan
 
 
@@ -90,7 +247,7 @@ def _plan_no_gpu(plan: Plan, settings: Settings, gpu_count: int) -> None:
     hidden = gpu_count > 0  # VISIBLE_GPU=none on a GPU host
     if hidden:
         plan.visible_gpus = ()
-        plan.decisions.append(f"no GPU visible: {_given(settings, 'VISIBLE_GPU')}")
+        plan.decide("visible_gpus", f"no GPU visible: {given_text(settings, 'VISIBLE_GPU')}")
     if settings.require_gpu:
         why = "VISIBLE_GPU=none hides every GPU" if hidden else "TensorFlow lists no GPU"
         raise ConfigError(
@@ -101,9 +258,9 @@ def _plan_no_gpu(plan: Plan, settings: Settings, gpu_count: int) -> None:
                 verdict=ON_THIS_HOST,
             )
         )
-    ignored = [_given(settings, n) for n in GPU_SETTINGS if n in settings.given and not hidden]
+    ignored = [given_text(settings, n) for n in GPU_SETTINGS if n in settings.given and not hidden]
     if isinstance(settings.virtual_split, tuple) and not hidden:
-        ignored.append(_given(settings, "VIRTUAL_SPLIT") + " sizes")
+        ignored.append(given_text(settings, "VIRTUAL_SPLIT") + " sizes")
     if not hidden and (ignored or "REQUIRE_GPU" in settings.given):
         detail = "; not applied: " + ", ".join(ignored) if ignored else ""
         plan.warnings.append(f"no GPU found, running on CPU{detail}")
@@ -111,9 +268,8 @@ def _plan_no_gpu(plan: Plan, settings: Settings, gpu_count: int) -> None:
     count = len(split) if isinstance(split, tuple) else split
     if count > 1:
         plan.cpu_logical = count
-        plan.decisions.append(
-            f"CPU:0 split into {count} logical CPUs ({_given(settings, 'VIRTUAL_SPLIT')}, no GPU)"
-        )
+        why = given_text(settings, "VIRTUAL_SPLIT")
+        plan.decide("cpu_logical", f"CPU:0 split into {count} logical CPUs ({why}, no GPU)")
 
 
 def _plan_gpus(plan: Plan, settings: Settings, gpu_count: int, env: Mapping[str, str]) -> None:
@@ -132,7 +288,9 @@ def _plan_gpus(plan: Plan, settings: Settings, gpu_count: int, env: Mapping[str,
                 )
             )
         plan.visible_gpus = visible
-        plan.decisions.append(f"GPUs {list(visible)} visible ({_given(settings, 'VISIBLE_GPU')})")
+        plan.decide(
+            "visible_gpus", f"GPUs {list(visible)} visible ({given_text(settings, 'VISIBLE_GPU')})"
+        )
     split = settings.virtual_split
     for index in visible if visible is not None else range(gpu_count):
         cap = settings.caps_mb(index)
@@ -142,9 +300,11 @@ def _plan_gpus(plan: Plan, settings: Settings, gpu_count: int, env: Mapping[str,
     if plan.gpu_logical_mb:
         described = ", ".join(f"GPU:{i} -> {list(s)} MiB" for i, s in plan.gpu_logical_mb.items())
         origin = [
-            _given(settings, n) for n in ("MEMORY_LIMIT_MB", "VIRTUAL_SPLIT") if n in settings.given
+            given_text(settings, n)
+            for n in ("MEMORY_LIMIT_MB", "VIRTUAL_SPLIT")
+            if n in settings.given
         ]
-        plan.decisions.append(f"logical GPUs {described} ({', '.join(origin)})")
+        plan.decide("gpu_logical_mb", f"logical GPUs {described} ({', '.join(origin)})")
         if env.get("TF_GPU_ALLOCATOR", "").strip() == "cuda_malloc_async":
             plan.warnings.append(
                 "TF_GPU_ALLOCATOR=cuda_malloc_async: memory_limit is then a release threshold, "
@@ -158,11 +318,12 @@ def _plan_gpus(plan: Plan, settings: Settings, gpu_count: int, env: Mapping[str,
         if growth:
             plan.environ[GROWTH_ENV] = "true"
         how = f"grows up to the cap, via {GROWTH_ENV}=true" if growth else "preallocated, capped"
-        plan.decisions.append(f"memory {how} ({_given(settings, 'MEMORY_GROWTH')})")
+        plan.decisions.append(f"memory {how} ({given_text(settings, 'MEMORY_GROWTH')})")
     else:
         plan.memory_growth = growth
-        plan.decisions.append(
-            f"memory growth {'on' if growth else 'off'} ({_given(settings, 'MEMORY_GROWTH')})"
+        plan.decide(
+            "memory_growth",
+            f"memory growth {'on' if growth else 'off'} ({given_text(settings, 'MEMORY_GROWTH')})",
         )
 
 
@@ -205,7 +366,7 @@ def _plan_threads(plan: Plan, settings: Settings, cpu: CpuBudget, env: Mapping[s
     if choice == "host":
         return
     if isinstance(choice, int):
-        threads, why = choice, _given(settings, "CPU_THREADS")
+        threads, why = choice, given_text(settings, "CPU_THREADS")
         if choice > cpu.affinity:
             plan.warnings.append(
                 f"{why} is more threads per pool than the {cpu.affinity} CPUs this process "
@@ -226,4 +387,61 @@ def _plan_threads(plan: Plan, settings: Settings, cpu: CpuBudget, env: Mapping[s
             plan.decisions.append(f"{pool} threads left to {variable}={env[variable]} (explicit)")
         else:
             setattr(plan, attr, threads)
-            plan.decisions.append(f"{pool} threads {threads} ({why})")
+            plan.decide(attr, f"{pool} threads {threads} ({why})")
+
+
+def _plan_host_memory(
+    plan: Plan, settings: Settings, cpu: CpuBudget, env: Mapping[str, str], memory: MemoryBudget
+) -> None:
+    """tf.data's autotune budgets and pinned host memory from the limit and the CPU quota."""
+    choice = settings.host_memory
+    if choice == "host":
+        return
+    if memory.problem and choice == "auto":
+        plan.warnings.append(f"{memory.problem}; TensorFlow's host-memory defaults are used")
+    if isinstance(choice, int):
+        limit, origin = choice, given_text(settings, "HOST_MEMORY_LIMIT_MB")
+    else:
+        limit = memory.limit_mib
+        origin = f"HOST_MEMORY_LIMIT_MB=auto: {limit} MiB from {memory.source}"
+    cpus = _data_cpus(settings, cpu)
+    ram = max(1, limit // RAM_SHARE) if limit is not None else None
+    initial = cpus if cpus is not None and cpus < TF_INITIAL_PARALLELISM else None
+    if ram is None and cpus is None:
+        return
+    plan.data = DataDefaults(ram, cpus, initial)
+    plan.host_memory_mib = limit
+    reasons = []
+    if ram is not None:
+        reasons.append(f"RAM a quarter of {origin}")
+    if cpus is not None:
+        reasons.append(
+            f"CPUs {given_text(settings, 'CPU_THREADS')}"
+            if isinstance(settings.cpu_threads, int)
+            else f"CPUs the quota's, {cpu.quota:g} from {cpu.quota_source}, rounded up"
+        )
+    plan.decide(
+        "data",
+        f"tf.data defaults {plan.data.describe()} ({'; '.join(reasons)}; a pipeline's own "
+        "options win)",
+    )
+    if limit is None or not plan.gpu_count:
+        return
+    if nonblank(env, PINNED_ENV) is not None:
+        plan.decisions.append(
+            f"pinned host memory left to {PINNED_ENV}={env[PINNED_ENV]} (explicit)"
+        )
+        return
+    plan.environ[PINNED_ENV] = str(max(1, limit // PINNED_SHARE))
+    plan.decide(
+        "pinned",
+        f"pinned host memory up to {plan.environ[PINNED_ENV]} MiB via {PINNED_ENV} "
+        f"(a quarter of {origin})",
+    )
+
+
+def _data_cpus(settings: Settings, cpu: CpuBudget) -> int | None:
+    """tf.data's CPU budget: the threads CPU_THREADS gives (a count, or the quota's CPUs)."""
+    if isinstance(settings.cpu_threads, int):
+        return settings.cpu_threads
+    return cpu.threads if settings.cpu_threads == "auto" else None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .cluster import MODES, NAMES
 from .deviceplugin import read_plugin_limit
 from .errors import ConfigError, Problem
-from .values import digits, positive, shorten
+from .values import digits, nonblank, positive, shorten
 
 BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True,
               "false": False, "0": False, "no": False, "off": False}  # fmt: skip
@@ -27,6 +27,8 @@ MAX_MEMORY_MB = 1 << 20
 # 4096, and aborts with 16384 (bench/thread_ceiling.py); no machine has more CPUs than this.
 MAX_CPU_THREADS = 1024
 PRECISION_POLICIES = ("mixed_float16", "mixed_bfloat16", "float32")
+# 16 TiB: more memory than any host has.
+MAX_HOST_MEMORY_MB = 1 << 24
 
 # Variables that control tfboot itself: read from the process environment only.
 DISABLE = "TFBOOT_DISABLE"
@@ -144,6 +146,24 @@ def parse_cpu_threads(name: str, value: str) -> CpuThreads:
     return number
 
 
+def parse_host_memory(name: str, value: str) -> str | int:
+    """``auto`` (the container's memory limit), ``host`` (TensorFlow's default) or MiB."""
+    word = _word(value)
+    if word in ("auto", "host"):
+        return word
+    number = positive(value)
+    if number is None or number > MAX_HOST_MEMORY_MB:
+        raise ConfigError(
+            Problem(
+                name,
+                value,
+                f"expected auto, host or a number of MiB from 1 to {MAX_HOST_MEMORY_MB} "
+                "(16 TiB) such as 4096",
+            )
+        )
+    return number
+
+
 @dataclass(frozen=True)
 class Variable:
     """One configuration variable of the contract."""
@@ -161,6 +181,12 @@ CONTRACT: tuple[Variable, ...] = (
     Variable("VIRTUAL_SPLIT", parse_split, f"N (1..{MAX_SPLIT}) | MiB sizes a,b,...", 1),
     Variable("MEMORY_GROWTH", parse_bool, "bool", None, True),
     Variable("CPU_THREADS", parse_cpu_threads, f"auto | host | 1..{MAX_CPU_THREADS}", "auto"),
+    Variable(
+        "HOST_MEMORY_LIMIT_MB",
+        parse_host_memory,
+        f"auto | host | MiB 1..{MAX_HOST_MEMORY_MB}",
+        "auto",
+    ),
     Variable("SOFT_PLACEMENT", parse_bool, "bool", None),
     Variable("LOG_DEVICE_PLACEMENT", parse_bool, "bool", None),
     Variable("XLA_JIT", parse_bool, "bool", None),
@@ -200,6 +226,7 @@ class Settings:
     virtual_split: Split = 1
     memory_growth: bool | None = None
     cpu_threads: CpuThreads = "auto"
+    host_memory: str | int = "auto"  # "auto", "host" or MiB
     soft_placement: bool | None = None
     log_device_placement: bool | None = None
     xla_jit: bool | None = None
@@ -226,12 +253,6 @@ def parse_variable(env: Mapping[str, str], name: str) -> Any:
     variable = next(v for v in CONTRACT if v.name == name)
     value = nonblank(env, name)
     return variable.default if value is None else variable.parse(name, value)
-
-
-def nonblank(env: Mapping[str, str], name: str) -> str | None:
-    """``env[name]``, or None when it is unset or blank (an empty value counts as unset)."""
-    value = env.get(name)
-    return value if value is not None and value.strip() else None
 
 
 def read_control(env: Mapping[str, str], name: str) -> Any:
@@ -364,6 +385,7 @@ def resolve(env: Mapping[str, str] | None = None) -> Settings:
         virtual_split=values["VIRTUAL_SPLIT"],
         memory_growth=values["MEMORY_GROWTH"],
         cpu_threads=values["CPU_THREADS"],
+        host_memory=values["HOST_MEMORY_LIMIT_MB"],
         soft_placement=values["SOFT_PLACEMENT"],
         log_device_placement=values["LOG_DEVICE_PLACEMENT"],
         xla_jit=values["XLA_JIT"],

@@ -17,6 +17,7 @@ Messages. One rule decides what a message may quote (``quote``):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 PREFIX = "tfboot:"  # every line tfboot writes starts with it
@@ -24,6 +25,12 @@ MAX_DIGITS = 18
 HUGE = 10**MAX_DIGITS  # stands for any number of more than MAX_DIGITS digits
 SHOWN_CHARS = 256  # a longer value is shortened in messages, its length given
 SHOWN_HEAD = 64  # the characters of a shortened value that are kept
+
+
+def nonblank(env: Mapping[str, str], name: str) -> str | None:
+    """``env[name]``, or None when it is unset or blank (an empty value counts as unset)."""
+    value = env.get(name)
+    return value if value is not None and value.strip() else None
 
 
 def digits(text: str) -> int | None:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError, Problem
-from ..values import digits
+from ..values import digits, nonblank
 from . import TASK_TYPES
 from .hostlist import block_layout, expand_counts, expand_hosts
 from .tfconfig import VARIABLE, TfConfig, check
@@ -39,20 +39,15 @@ class Identity:
     sources: dict[str, str] = field(default_factory=dict)
 
 
-def _given(env: Mapping[str, str], name: str) -> str | None:
-    value = env.get(name)
-    return value if value is not None and value.strip() else None
-
-
 def detect(mode: str, cluster: ClusterSettings, env: Mapping[str, str]) -> str:
     """The engine for ``DISTRIBUTED=mode``: k8s, slurm, tf_config or single."""
     if mode in ("k8s", "slurm"):
         return mode
-    if _given(env, VARIABLE) is not None:
+    if nonblank(env, VARIABLE) is not None:
         return "tf_config"
-    if _given(env, "SLURM_PROCID") and _given(env, "SLURM_STEP_NODELIST"):
+    if nonblank(env, "SLURM_PROCID") and nonblank(env, "SLURM_STEP_NODELIST"):
         return "slurm"
-    index = _given(env, "JOB_COMPLETION_INDEX") or "DIST_TASK_INDEX" in cluster.given
+    index = nonblank(env, "JOB_COMPLETION_INDEX") or "DIST_TASK_INDEX" in cluster.given
     if index and "DIST_HOSTS" in cluster.given:
         return "k8s"
     return "single"
@@ -75,7 +70,7 @@ def _built(mode: str, cluster: ClusterSettings, env: Mapping[str, str]) -> Ident
     A child process (a subprocess, a multiprocessing worker) inherits the parent's
     ``DISTRIBUTED`` and the ``TF_CONFIG`` tfboot set there: the same, so nothing is overridden.
     """
-    found = _given(env, VARIABLE)
+    found = nonblank(env, VARIABLE)
     try:
         identity = _k8s(cluster, env) if mode == "k8s" else _slurm(cluster, env)
         if found is None:
@@ -115,7 +110,7 @@ def _k8s(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
     if index is not None:
         sources["index"] = cluster.source("DIST_TASK_INDEX")
     else:
-        raw = _given(env, "JOB_COMPLETION_INDEX")
+        raw = nonblank(env, "JOB_COMPLETION_INDEX")
         index = None if raw is None else digits(raw)
         if raw is None:
             problems.append(
@@ -140,7 +135,7 @@ def _k8s(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
     count = dict(cluster.tasks).get(kind)
     if count is not None and index >= count:
         name = "DIST_TASK_INDEX" if cluster.task_index is not None else "JOB_COMPLETION_INDEX"
-        raw = cluster.given[name][0] if name in cluster.given else _given(env, name)
+        raw = cluster.given[name][0] if name in cluster.given else nonblank(env, name)
         raise ConfigError(
             Problem(
                 name,
@@ -185,7 +180,7 @@ def _checked(addresses: dict[str, list[str]], kind: str, index: int) -> TfConfig
 
 
 def _slurm_int(env: Mapping[str, str], name: str, problems: list[Problem]) -> int | None:
-    raw = _given(env, name)
+    raw = nonblank(env, name)
     number = None if raw is None else digits(raw)
     if raw is None:
         problems.append(Problem(name, None, "is required under DISTRIBUTED=slurm (set by srun)"))
@@ -197,7 +192,7 @@ def _slurm_int(env: Mapping[str, str], name: str, problems: list[Problem]) -> in
 def _slurm_layout(env: Mapping[str, str], problems: list[Problem]) -> list[tuple[str, int]]:
     layout: list[tuple[str, int]] = []
     names = ("SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
-    raw = {n: _given(env, n) for n in names}
+    raw = {n: nonblank(env, n) for n in names}
     missing = [
         Problem(n, None, "is required under DISTRIBUTED=slurm") for n, v in raw.items() if v is None
     ]
@@ -296,7 +291,7 @@ def _check_ports(cluster: ClusterSettings, base: int, per_node: int) -> None:
 
 def _check_node(env: Mapping[str, str], layout: list[tuple[str, int]], rank: int) -> None:
     host, local = layout[rank]
-    node = _given(env, "SLURMD_NODENAME")
+    node = nonblank(env, "SLURMD_NODENAME")
     if node is not None and node.strip() != host:
         raise ConfigError(
             Problem(
@@ -307,7 +302,7 @@ def _check_node(env: Mapping[str, str], layout: list[tuple[str, int]], rank: int
                 "run srun with --distribution=block (the default)",
             )
         )
-    local_id = _given(env, "SLURM_LOCALID")
+    local_id = nonblank(env, "SLURM_LOCALID")
     if local_id is not None and local_id.strip() != str(local):
         raise ConfigError(
             Problem(

@@ -60,6 +60,7 @@ _keep: list[object] = []  # faulthandler's file, open as long as the watchdog ma
 
 
 def _emit(kind: str, text: str) -> None:
+    # tfboot.values.line's format: this file also runs as a script, on the standard library.
     print(f"tfboot:{'' if kind == 'info' else f' {kind}:'} {text}", file=sys.stderr, flush=True)
 
 

@@ -51,6 +51,14 @@ __all__ = [
 ]
 
 
+DESCRIPTION = (
+    "Check Kubernetes manifests: tfboot variables against the resources granted (GPU shares, "
+    "GPU counts, CPU limits), valid values, the hardened security context, pinned images. "
+    "Schema validation does not catch these."
+)
+EPILOG = "example: kubectl kustomize k8s/overlays/shared-gpu-hami | tfboot manifests -"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The command's arguments, for a parser made elsewhere."""
     parser.add_argument("paths", nargs="*", metavar="PATH", help="YAML or JSON files; - for stdin")
@@ -80,11 +88,7 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """``tfboot manifests PATH...|-``: the exit status."""
     parser = argparse.ArgumentParser(
-        prog="tfboot manifests",
-        description="Check Kubernetes manifests: tfboot variables against the resources "
-        "granted (GPU shares, GPU counts, CPU limits), valid values, the hardened security "
-        "context, pinned images. Schema validation does not catch these.",
-        epilog="example: kubectl kustomize k8s/overlays/shared-gpu-hami | tfboot manifests -",
+        prog="tfboot manifests", description=DESCRIPTION, epilog=EPILOG
     )
     add_arguments(parser)
     return run(parser.parse_args(list(sys.argv[1:] if argv is None else argv)))

@@ -155,7 +155,8 @@ def _settings_quiet(env: Mapping[str, str]) -> ClusterSettings:
         return ClusterSettings()
 
 
-def _given(container: Container, name: str) -> bool:
+def _sets(container: Container, name: str) -> bool:
+    """True when the container's env has an entry ``name`` (a value or a ``valueFrom``)."""
     return any((item or {}).get("name") == name for item in container.spec.get("env") or [])
 
 
@@ -216,7 +217,7 @@ def _check_index(container: Container, group: Group, report: Report) -> None:
             "leave DIST_TASK_INDEX unset under an Indexed Job (JOB_COMPLETION_INDEX), or set "
             "it from metadata.annotations['jobset.sigs.k8s.io/job-index']",
         )
-    if group.needs_index and not _given(container, "DIST_TASK_INDEX"):
+    if group.needs_index and not _sets(container, "DIST_TASK_INDEX"):
         why = (
             "the Job is not completionMode: Indexed, so JOB_COMPLETION_INDEX is not set"
             if group.name == ""

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..values import line as tfboot_line
+
 MIB = 1 << 20
 LOG_ENV = {
     "TF_CPP_MIN_LOG_LEVEL": "0",
@@ -30,6 +32,8 @@ _EXTEND = re.compile(
     r"(?:GPU|PluggableDevice)_(?P<logical>\d+)_bfc\."
 )
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+WARNING = tfboot_line("warning", "").rstrip()  # "tfboot: warning:"
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,6 @@ def parse(stderr: str) -> TfLog:
             size = round(float(extend["size"]) * _UNITS.get(extend["unit"], 1))
             log.regions.setdefault(int(extend["logical"]), []).append(size)
             continue
-        if line.startswith("tfboot: warning:"):
+        if line.startswith(WARNING):
             log.tfboot_warnings.append(line.partition("warning:")[2].strip())
     return log
