@@ -139,3 +139,16 @@ def cluster_plan(mode: str, env: Mapping[str, str], plan: Any = None, gpus: int 
     assert settings.cluster is not None
     devices = {} if plan is None else {"replicas": plan.local_replicas(gpus)}
     return plan_cluster(mode, settings.cluster, env, cpu_split=plan and plan.cpu_logical, **devices)
+
+
+def cgroup_limits(root: Path, memory: str = "4294967296", cpu: str = "200000 100000") -> str:
+    """A fake cgroup v2 tree with ``memory.max`` and ``cpu.max``, for ``TFBOOT_CGROUP_ROOT``."""
+    (root / "proc" / "self").mkdir(parents=True)
+    (root / "proc" / "self" / "cgroup").write_text("0::/\n")
+    (root / "proc" / "self" / "mountinfo").write_text(
+        "30 25 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
+    )
+    (root / "sys" / "fs" / "cgroup").mkdir(parents=True)
+    (root / "sys" / "fs" / "cgroup" / "memory.max").write_text(memory + "\n")
+    (root / "sys" / "fs" / "cgroup" / "cpu.max").write_text(cpu + "\n")
+    return str(root)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from . import report
 from .cpu import cpu_budget
 from .errors import ConfigError, Problem
+from .hostmem import memory_budget
 from .plan import Call, Device, Logical, Plan, keras_plan, make_plan, needs_devices
 from .report import Result
 from .settings import DISABLE, ON_ERROR, Settings, disabled, read_control, resolve
@@ -108,7 +109,8 @@ def _configure(tf: ModuleType, env: Mapping[str, str]) -> Result:
     settings = _settings(env)
     # Listing devices initialises the GPU driver: only when a setting depends on them.
     gpus = tf.config.list_physical_devices("GPU") if needs_devices(settings) else []
-    plan = make_plan(settings, len(gpus), cpu_budget(env), env)
+    memory = memory_budget(env) if settings.host_memory == "auto" else None
+    plan = make_plan(settings, len(gpus), cpu_budget(env), env, memory)
     cluster = _cluster(
         settings, env, replicas=plan.local_replicas(len(gpus)), cpu_split=plan.cpu_logical
     )
@@ -116,6 +118,14 @@ def _configure(tf: ModuleType, env: Mapping[str, str]) -> Result:
         plan.environ.update(cluster.environ)
     calls = _execute(tf, plan, gpus)
     warnings = list(plan.warnings) + (cluster.warnings if cluster else [])
+    if plan.data is not None:
+        from .tfdata import HOOK, install
+
+        missing = install(tf, plan.data)
+        if missing is None:
+            calls.append(f"tf.data.Dataset.{HOOK} gives every pipeline: {plan.data.describe()}")
+        else:
+            warnings.append(missing)
     if cluster is not None and cluster.peers:
         from .cluster.watcher import watch
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .values import digits
+from .values import HUGE, digits
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,9 @@ class MemoryLimit:
         return self.bytes // (1 << 20)
 
 
-# cgroup v1's "no limit": LONG_MAX rounded down to a 4 KiB page. Any value this large is none.
-V1_UNLIMITED = 9223372036854771712
+# cgroup v1 writes "no limit" as LONG_MAX rounded down to a page (9223372036854771712).
+# Any limit of 10**18 bytes (888 PiB) or more reads as none.
+UNLIMITED_BYTES = HUGE
 
 
 @dataclass(frozen=True)
@@ -174,9 +175,10 @@ def memory_limit(root: str = "/") -> MemoryLimit | None:
     """The tightest memory limit on the process's cgroup path in bytes, or None if none.
 
     cgroup v2 ``memory.max`` or v1 ``memory.limit_in_bytes``. v1 writes "no limit" as a
-    huge number (9223372036854771712, ``LONG_MAX`` rounded down to a page): a limit at or
-    above the host's memory (``MemTotal``) is no limit. Swap (``memory.swap.max``,
-    ``memory.memsw.limit_in_bytes``) is not counted: the budget is RAM.
+    huge number (9223372036854771712, ``LONG_MAX`` rounded down to a page); any limit of
+    ``UNLIMITED_BYTES`` or more, or at or above the host's memory (``MemTotal``), is none.
+    Swap (``memory.swap.max``, ``memory.memsw.limit_in_bytes``) is not counted: the budget
+    is RAM.
     """
     found = _tightest_limit(
         root, "memory", _v1_memory, "memory.limit_in_bytes", _v2_memory, "memory.max"
@@ -203,7 +205,7 @@ def _v1_memory(root: str, directory: str) -> float | None:
     if text == "-1":
         return None
     number = _bytes(path, text)
-    return None if number >= V1_UNLIMITED else number
+    return None if number >= UNLIMITED_BYTES else number
 
 
 def _bytes(path: str, text: str) -> int:

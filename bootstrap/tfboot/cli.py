@@ -53,6 +53,8 @@ def _cluster(settings: Any, env: dict[str, str]) -> dict[str, Any] | None:
 
 def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
     from .cpu import cpu_budget
+    from .hostmem import MemoryBudget, memory_budget
+    from .plan import host_memory
     from .settings import CONTRACT, CONTROL, resolve
 
     settings = resolve(env)
@@ -74,6 +76,8 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
         unset = {"value": None, "source": "default"}
         table.update({name: cluster["given"].get(name, unset) for name in NAMES})
     budget = cpu_budget(env)
+    memory = memory_budget(env) if settings.host_memory == "auto" else MemoryBudget(None, "")
+    found = host_memory(settings, budget, memory)
     return {
         "settings": table,
         "cpu": {
@@ -82,6 +86,12 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
             "quota_source": budget.quota_source or None,
             "auto_threads": budget.threads,
             "problem": budget.problem or None,
+        },
+        "memory": {
+            "limit_mib": found.limit_mib,
+            "limit_source": found.origin,
+            "tf_data": None if found.data is None else vars(found.data),
+            "problem": memory.problem or None,
         },
         "cluster": cluster,
     }
@@ -114,6 +124,8 @@ def _print_error(exc: ConfigError, as_json: bool) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from .plan import DataDefaults
+
     try:
         data = _settings_rows(_environment(args.env_file))
     except ConfigError as exc:
@@ -131,6 +143,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"; CPU_THREADS=auto gives {cpu['auto_threads']}" if cpu["auto_threads"] else "")
     if cpu["problem"]:
         print(f"warning: {cpu['problem']}")
+    memory = data["memory"]
+    limit = f"{memory['limit_mib']} MiB" if memory["limit_mib"] else "none"
+    print(f"Host memory: limit {limit} ({memory['limit_source']})", end="")
+    if memory["tf_data"]:
+        print(f"; every tf.data pipeline gets {DataDefaults(**memory['tf_data']).describe()}")
+    else:
+        print("; tf.data keeps TensorFlow's defaults")
+    if memory["problem"]:
+        print(f"warning: {memory['problem']}")
     print("GPU-dependent decisions need TensorFlow's device list: run `tfboot doctor`.")
     if data["cluster"] is not None:
         print(f"\n{data['cluster']['line']}\nTF_CONFIG: {data['cluster']['tf_config']}")

@@ -13,7 +13,8 @@ from typing import Any
 from .apply import apply, last_result
 from .cpu import cpu_budget
 from .errors import ConfigError
-from .plan import INTER_ENV, INTRA_ENV, Plan
+from .hostmem import PINNED_ENV, memory_budget
+from .plan import INTER_ENV, INTRA_ENV, DataDefaults, Plan
 from .report import Result
 
 
@@ -85,6 +86,16 @@ def collect(verify: bool = False) -> dict[str, Any]:
         "quota_source": budget.quota_source or None,
         "problem": budget.problem or None,
     }
+    plan = result.plan
+    memory = memory_budget()
+    report["host_memory"] = {
+        "limit_mib": plan.host_memory_mib if plan else None,
+        "cgroup_limit_mib": memory.limit_mib,
+        "cgroup_source": memory.source or None,
+        "tf_data": vars(plan.data) if plan and plan.data else None,
+        "pinned_mib": os.environ.get(PINNED_ENV),
+        "problem": memory.problem or None,
+    }
     intra = _threads(tf, "get_intra_op_parallelism_threads", INTRA_ENV, budget.affinity)
     inter = _threads(tf, "get_inter_op_parallelism_threads", INTER_ENV, budget.affinity)
     report["threads"] = {
@@ -134,6 +145,15 @@ def render(report: dict[str, Any]) -> str:
     lines.append(f"CPU: {cpu['schedulable']} schedulable, quota {quota}")
     if cpu.get("problem"):
         lines.append(f"  {cpu['problem']}")
+    host = report["host_memory"]
+    limit = f"{host['cgroup_limit_mib']} MiB ({host['cgroup_source']})"
+    lines.append(f"host memory: container limit {limit if host['cgroup_limit_mib'] else 'none'}")
+    if host["tf_data"]:
+        lines.append(f"  tf.data defaults: {DataDefaults(**host['tf_data']).describe()}")
+    if host["pinned_mib"]:
+        lines.append(f"  pinned host memory: {host['pinned_mib']} MiB ({PINNED_ENV})")
+    if host["problem"]:
+        lines.append(f"  {host['problem']}")
     lines.append(
         f"threads: intra-op {threads['intra_op']} ({threads['intra_op_source']}), "
         f"inter-op {threads['inter_op']} ({threads['inter_op_source']})"

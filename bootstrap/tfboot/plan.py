@@ -390,15 +390,21 @@ def _plan_threads(plan: Plan, settings: Settings, cpu: CpuBudget, env: Mapping[s
             plan.decide(attr, f"{pool} threads {threads} ({why})")
 
 
-def _plan_host_memory(
-    plan: Plan, settings: Settings, cpu: CpuBudget, env: Mapping[str, str], memory: MemoryBudget
-) -> None:
-    """tf.data's autotune budgets and pinned host memory from the limit and the CPU quota."""
+@dataclass(frozen=True)
+class HostMemory:
+    """What ``HOST_MEMORY_LIMIT_MB`` and the CPU budget give: the limit and tf.data's defaults."""
+
+    limit_mib: int | None
+    origin: str  # where the limit came from, for the log line
+    data: DataDefaults | None  # None: TensorFlow's defaults
+    reasons: tuple[str, ...] = ()
+
+
+def host_memory(settings: Settings, cpu: CpuBudget, memory: MemoryBudget) -> HostMemory:
+    """The limit in force and the tf.data defaults derived from it and the CPU budget."""
     choice = settings.host_memory
     if choice == "host":
-        return
-    if memory.problem and choice == "auto":
-        plan.warnings.append(f"{memory.problem}; TensorFlow's host-memory defaults are used")
+        return HostMemory(None, given_text(settings, "HOST_MEMORY_LIMIT_MB"), None)
     if isinstance(choice, int):
         limit, origin = choice, given_text(settings, "HOST_MEMORY_LIMIT_MB")
     else:
@@ -408,9 +414,7 @@ def _plan_host_memory(
     ram = max(1, limit // RAM_SHARE) if limit is not None else None
     initial = cpus if cpus is not None and cpus < TF_INITIAL_PARALLELISM else None
     if ram is None and cpus is None:
-        return
-    plan.data = DataDefaults(ram, cpus, initial)
-    plan.host_memory_mib = limit
+        return HostMemory(None, "no memory limit or CPU quota found", None)
     reasons = []
     if ram is not None:
         reasons.append(f"RAM a quarter of {origin}")
@@ -420,11 +424,25 @@ def _plan_host_memory(
             if isinstance(settings.cpu_threads, int)
             else f"CPUs the quota's, {cpu.quota:g} from {cpu.quota_source}, rounded up"
         )
+    return HostMemory(limit, origin, DataDefaults(ram, cpus, initial), tuple(reasons))
+
+
+def _plan_host_memory(
+    plan: Plan, settings: Settings, cpu: CpuBudget, env: Mapping[str, str], memory: MemoryBudget
+) -> None:
+    """tf.data's autotune budgets and pinned host memory from the limit and the CPU quota."""
+    if memory.problem and settings.host_memory == "auto":
+        plan.warnings.append(f"{memory.problem}; TensorFlow's host-memory defaults are used")
+    found = host_memory(settings, cpu, memory)
+    if found.data is None:
+        return
+    plan.data, plan.host_memory_mib = found.data, found.limit_mib
     plan.decide(
         "data",
-        f"tf.data defaults {plan.data.describe()} ({'; '.join(reasons)}; a pipeline's own "
-        "options win)",
+        f"tf.data defaults {found.data.describe()} ({'; '.join(found.reasons)}; a pipeline's "
+        "own options win)",
     )
+    limit = found.limit_mib
     if limit is None or not plan.gpu_count:
         return
     if nonblank(env, PINNED_ENV) is not None:
@@ -436,7 +454,7 @@ def _plan_host_memory(
     plan.decide(
         "pinned",
         f"pinned host memory up to {plan.environ[PINNED_ENV]} MiB via {PINNED_ENV} "
-        f"(a quarter of {origin})",
+        f"(a quarter of {found.origin})",
     )
 
 

@@ -169,6 +169,24 @@ def _check_threads(container: Container, settings: Settings, report: Report) -> 
         )
 
 
+def _check_host_memory(container: Container, settings: Settings, report: Report) -> None:
+    """``HOST_MEMORY_LIMIT_MB`` within limits.memory: the budgets are shares of it."""
+    limit = quantity(container.resources("limits").get("memory"))
+    given = settings.host_memory
+    if not isinstance(given, int) or not limit:
+        return
+    limit_mib = math.floor(limit / (1 << 20))
+    if given > limit_mib:
+        report.add(
+            container.where,
+            "host-memory-over-limit",
+            f"HOST_MEMORY_LIMIT_MB={given} is more than the {limit_mib} MiB of limits.memory: "
+            "tf.data's buffers and pinned memory, sized from it, can get the Pod OOMKilled",
+            "set it from limits.memory (resourceFieldRef, divisor 1Mi), or leave it unset "
+            "(auto reads the container's limit)",
+        )
+
+
 def check_tfboot(container: Container, report: Report) -> None:
     """The tfboot variables against the resources the container gets."""
     grant = gpu_grant(container.resources("limits"))
@@ -189,6 +207,7 @@ def check_tfboot(container: Container, report: Report) -> None:
         return
     settings, env = resolved
     _check_threads(container, settings, report)
+    _check_host_memory(container, settings, report)
     plan = _plan(container, settings, grant, env, report)
     if plan is not None:
         _check_share(container, plan, grant, report)

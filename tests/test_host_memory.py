@@ -1,0 +1,130 @@
+"""The host-memory budget: the limit read from cgroup trees, ``HOST_MEMORY_LIMIT_MB``, and the
+tf.data and pinned-memory defaults the plan derives from it (pure; no TensorFlow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support import problem_text
+from tfboot import resolve
+from tfboot.cgroup import CgroupError, memory_limit
+from tfboot.cpu import CpuBudget
+from tfboot.hostmem import MemoryBudget, memory_budget
+from tfboot.plan import DataDefaults, make_plan
+
+TREES = Path(__file__).parent / "testdata" / "cgroup"
+
+
+@pytest.mark.parametrize(
+    ("case", "mib", "source"),
+    [
+        ("v2-memory", 600, "/sys/fs/cgroup/memory.max"),
+        ("v2-memory-parent", 1024, "/sys/fs/cgroup/kubepods/burstable/pod1/memory.max"),
+        ("v2-memory-swap", 1024, "/sys/fs/cgroup/memory.max"),
+        ("v1-memory-docker", 600, "/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+    ],
+)
+def test_limit_found(case: str, mib: int, source: str) -> None:
+    limit = memory_limit(str(TREES / case))
+    assert limit is not None and (limit.mib, limit.source) == (mib, source)
+
+
+@pytest.mark.parametrize(
+    "case", ["v2-memory-max", "v1-memory-unlimited", "v1-memory-over-host", "no-cgroup", "v2-quota"]
+)
+def test_no_limit(case: str) -> None:
+    assert memory_limit(str(TREES / case)) is None
+
+
+@pytest.mark.parametrize(
+    ("case", "words"),
+    [
+        ("v2-memory-unreadable", r"cannot be read \(Is a directory\)"),
+        ("v2-memory-garbage", "bytes"),
+    ],
+)
+def test_a_bad_file_is_an_error_and_a_documented_fallback(case: str, words: str) -> None:
+    with pytest.raises(CgroupError, match=words):
+        memory_limit(str(TREES / case))
+    budget = memory_budget({"TFBOOT_CGROUP_ROOT": str(TREES / case)})
+    assert budget.limit_mib is None and "could not read the memory limit" in budget.problem
+    plan = make_plan(resolve({}), 0, NO_QUOTA, {}, budget)
+    assert plan.data is None
+    assert plan.warnings == [f"{budget.problem}; TensorFlow's host-memory defaults are used"]
+
+
+NO_QUOTA = CpuBudget(affinity=64, quota=None, quota_source="")
+QUOTA_2 = CpuBudget(affinity=64, quota=2.0, quota_source="/sys/fs/cgroup/cpu.max")
+LIMIT_4G = MemoryBudget(4096, "/sys/fs/cgroup/memory.max")
+
+
+class TestVariable:
+    @pytest.mark.parametrize(
+        ("value", "parsed"), [("auto", "auto"), ("HOST", "host"), ("4096", 4096), (" 1 ", 1)]
+    )
+    def test_accepted(self, value: str, parsed: object) -> None:
+        assert resolve({"HOST_MEMORY_LIMIT_MB": value}).host_memory == parsed
+
+    @pytest.mark.parametrize("value", ["0", "-1", "4g", "1_0", "\u0661", "16777217", "9" * 40])
+    def test_refused_with_what_is_accepted(self, value: str) -> None:
+        text = problem_text({"HOST_MEMORY_LIMIT_MB": value})
+        assert f"HOST_MEMORY_LIMIT_MB={value!r} is invalid" in text
+        assert "expected auto, host or a number of MiB from 1 to 16777216" in text
+
+
+def plan_for(env: dict[str, str], memory: MemoryBudget, cpu: CpuBudget, gpus: int = 0):
+    return make_plan(resolve(env), gpus, cpu, env, memory)
+
+
+class TestPlan:
+    def test_nothing_outside_a_container_with_limits(self) -> None:
+        plan = plan_for({}, MemoryBudget(None, ""), NO_QUOTA)
+        assert plan.data is None and plan.empty
+
+    def test_auto_takes_a_quarter_and_the_quota(self) -> None:
+        plan = plan_for({}, LIMIT_4G, QUOTA_2)
+        assert plan.data == DataDefaults(ram_budget_mib=1024, cpu_budget=2, initial_parallelism=2)
+        assert "from /sys/fs/cgroup/memory.max" in plan.why["data"]
+        assert "a pipeline's own options win" in plan.why["data"]
+
+    def test_memory_limit_only(self) -> None:
+        plan = plan_for({}, LIMIT_4G, NO_QUOTA)
+        assert plan.data == DataDefaults(ram_budget_mib=1024)
+
+    def test_quota_only(self) -> None:
+        plan = plan_for({}, MemoryBudget(None, ""), QUOTA_2)
+        assert plan.data == DataDefaults(cpu_budget=2, initial_parallelism=2)
+
+    def test_a_number_wins_over_the_cgroup(self) -> None:
+        plan = plan_for({"HOST_MEMORY_LIMIT_MB": "2048"}, LIMIT_4G, NO_QUOTA)
+        assert plan.data == DataDefaults(ram_budget_mib=512)
+        assert "HOST_MEMORY_LIMIT_MB=2048 (env)" in plan.why["data"]
+
+    def test_host_keeps_tensorflows_defaults(self) -> None:
+        plan = plan_for({"HOST_MEMORY_LIMIT_MB": "host"}, LIMIT_4G, QUOTA_2)
+        assert plan.data is None and "TF_GPU_HOST_MEM_LIMIT_IN_MB" not in plan.environ
+
+    def test_cpu_threads_count_is_the_cpu_budget(self) -> None:
+        plan = plan_for({"CPU_THREADS": "3"}, LIMIT_4G, QUOTA_2)
+        assert plan.data == DataDefaults(1024, 3, 3)
+
+    def test_many_cpus_keep_tensorflows_initial_parallelism(self) -> None:
+        cpu = CpuBudget(affinity=64, quota=32.0, quota_source="cpu.max")
+        assert plan_for({}, LIMIT_4G, cpu).data == DataDefaults(1024, 32, None)
+
+    def test_pinned_memory_on_gpu_hosts(self) -> None:
+        plan = plan_for({}, LIMIT_4G, NO_QUOTA, gpus=1)
+        assert plan.environ["TF_GPU_HOST_MEM_LIMIT_IN_MB"] == "1024"
+        assert "TF_GPU_HOST_MEM_LIMIT_IN_MB" not in plan_for({}, LIMIT_4G, NO_QUOTA).environ
+
+    def test_pinned_memory_set_by_the_user_wins(self) -> None:
+        env = {"TF_GPU_HOST_MEM_LIMIT_IN_MB": "8192"}
+        plan = plan_for(env, LIMIT_4G, NO_QUOTA, gpus=1)
+        assert "TF_GPU_HOST_MEM_LIMIT_IN_MB" not in plan.environ
+        assert any("left to TF_GPU_HOST_MEM_LIMIT_IN_MB=8192" in d for d in plan.decisions)
+
+
+def test_budget_reads_the_tree_named_by_tfboot_cgroup_root() -> None:
+    budget = memory_budget({"TFBOOT_CGROUP_ROOT": str(TREES / "v2-memory")})
+    assert budget == MemoryBudget(600, "/sys/fs/cgroup/memory.max")

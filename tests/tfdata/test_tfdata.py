@@ -1,0 +1,86 @@
+"""tf.data defaults under a container's limits, with real TensorFlow (2.21 and the pinned nightly).
+
+The limits come from a fake cgroup tree (``TFBOOT_CGROUP_ROOT``): 4 GiB of memory and a
+2-CPU quota, so every pipeline must run with a 1 GiB RAM budget, a CPU budget of 2 and an
+initial parallelism of 2, unless it set its own. ``consumers.py`` iterates a dataset
+every way a program does and records the options of the dataset each consumer ran.
+TensorFlow 2.22.0rc0 runs the same script in its container test
+(``tests/docker/test_container_config.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support import REPO, cgroup_limits, run_python
+
+CONSUMERS = Path(__file__).with_name("consumers.py")
+NIGHTLY = REPO / ".venv-nightly" / "bin" / "python"
+DEFAULTS = [1 << 30, 2, 2]
+CONSUMED = [
+    "loop", "fit", "evaluate", "predict", "experimental_distribute_dataset",
+    "distribute_datasets_from_function", "tf.function",
+]  # fmt: skip
+
+
+def consumed(python: Path | str, env: dict[str, str]) -> tuple[dict, str]:
+    result = run_python(CONSUMERS, env, python=python, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
+
+
+def check_every_consumer(seen: dict) -> None:
+    for name in CONSUMED:
+        assert seen.get(name), f"{name} ran no dataset through the injection point: {seen}"
+        assert all(options == DEFAULTS for options in seen[name]), (name, seen[name])
+    assert seen["own options"] == [[1 << 30, 7, 2]]  # the pipeline's cpu_budget wins
+
+
+@pytest.mark.tf
+def test_every_consumer_runs_with_the_defaults(tmp_path: Path) -> None:
+    seen, err = consumed(
+        REPO / ".venv" / "bin" / "python", {"TFBOOT_CGROUP_ROOT": cgroup_limits(tmp_path)}
+    )
+    check_every_consumer(seen)
+    assert "tf.data defaults RAM budget 1024 MiB, CPU budget 2, initial parallelism 2" in err
+    assert "HOST_MEMORY_LIMIT_MB=auto: 4096 MiB from /sys/fs/cgroup/memory.max" in err
+    assert "Changing the value of option" not in err  # the pipeline's own field is not merged
+
+
+@pytest.mark.nightly
+def test_every_consumer_runs_with_the_defaults_on_the_nightly(tmp_path: Path) -> None:
+    seen, _ = consumed(NIGHTLY, {"TFBOOT_CGROUP_ROOT": cgroup_limits(tmp_path)})
+    check_every_consumer(seen)
+
+
+@pytest.mark.tf
+def test_host_leaves_every_pipeline_alone(tmp_path: Path) -> None:
+    env = {"TFBOOT_CGROUP_ROOT": cgroup_limits(tmp_path), "HOST_MEMORY_LIMIT_MB": "host"}
+    seen, err = consumed(REPO / ".venv" / "bin" / "python", env)
+    assert seen["loop"] == [[None, None, None]], seen
+    assert "tf.data defaults" not in err
+
+
+MISSING = """
+import tfboot
+tfboot.uninstall()
+import tensorflow as tf
+from tensorflow.python.data.ops import dataset_ops
+del dataset_ops.DatasetV2._apply_debug_options  # a TensorFlow without the injection point
+result = tfboot.apply(tf)
+print(result.error, len(result.calls))
+"""
+
+
+@pytest.mark.tf
+def test_a_tensorflow_without_the_injection_point_warns_once(tmp_path: Path) -> None:
+    """The real TensorFlow with ``_apply_debug_options`` removed stands in for a version
+    that renamed it."""
+    result = run_python(MISSING, {"TFBOOT_CGROUP_ROOT": cgroup_limits(tmp_path)}, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "None 2", result.stderr[-3000:]
+    warnings = [line for line in result.stderr.splitlines() if "tf.data defaults (" in line]
+    assert len(warnings) == 1, result.stderr[-3000:]
+    assert "not applied: TensorFlow 2.21.0 has no Dataset._apply_debug_options" in warnings[0]
+    assert "Traceback" not in result.stderr
