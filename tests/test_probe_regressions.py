@@ -14,7 +14,6 @@ import pytest
 from support import cluster_plan, problem_text, run_module, run_python
 from tfboot.cgroup import CgroupError, cpu_quota
 from tfboot.cli import main
-from tfboot.cluster.plan import MAX_TF_CONFIG_BYTES
 from tfboot.errors import ConfigError
 from tfboot.settings import resolve
 
@@ -126,6 +125,8 @@ def _k8s(tasks: int) -> dict[str, str]:
 
 
 def test_a_tf_config_too_large_for_one_environment_string_is_refused() -> None:
+    from tfboot.cluster.plan import MAX_TF_CONFIG_BYTES
+
     with pytest.raises(ConfigError) as info:
         cluster_plan("k8s", _k8s(3000))
     text = str(info.value)
