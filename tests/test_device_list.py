@@ -32,6 +32,7 @@ def device_state(env: dict[str, str]) -> dict[str, object]:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_unused_tfboot_leaves_the_device_list_as_plain_tensorflow_does() -> None:
     plain = device_state({"TFBOOT_DISABLE": "1"})
     ours = device_state({})

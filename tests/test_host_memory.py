@@ -57,6 +57,7 @@ def test_a_bad_file_is_an_error_and_a_documented_fallback(case: str, words: str)
 NO_QUOTA = CpuBudget(affinity=64, quota=None, quota_source="")
 QUOTA_2 = CpuBudget(affinity=64, quota=2.0, quota_source="/sys/fs/cgroup/cpu.max")
 LIMIT_4G = MemoryBudget(4096, "/sys/fs/cgroup/memory.max")
+NO_LIMIT = MemoryBudget(None, "")
 
 
 class TestVariable:
@@ -113,10 +114,12 @@ class TestPlan:
         cpu = CpuBudget(affinity=64, quota=32.0, quota_source="cpu.max")
         assert plan_for({}, LIMIT_4G, cpu).data == DataDefaults(1024, 32, None)
 
-    def test_pinned_memory_on_gpu_hosts(self) -> None:
-        plan = plan_for({}, LIMIT_4G, NO_QUOTA, gpus=1)
-        assert plan.environ["TF_GPU_HOST_MEM_LIMIT_IN_MB"] == "1024"
-        assert "TF_GPU_HOST_MEM_LIMIT_IN_MB" not in plan_for({}, LIMIT_4G, NO_QUOTA).environ
+    def test_pinned_memory_follows_the_limit(self) -> None:
+        """Set without a device list: TensorFlow reads it only for a GPU's host allocator."""
+        for gpus in (0, 1):
+            plan = plan_for({}, LIMIT_4G, NO_QUOTA, gpus=gpus)
+            assert plan.environ["TF_GPU_HOST_MEM_LIMIT_IN_MB"] == "1024"
+        assert "TF_GPU_HOST_MEM_LIMIT_IN_MB" not in plan_for({}, NO_LIMIT, QUOTA_2).environ
 
     def test_pinned_memory_set_by_the_user_wins(self) -> None:
         env = {"TF_GPU_HOST_MEM_LIMIT_IN_MB": "8192"}

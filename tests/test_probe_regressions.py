@@ -50,26 +50,25 @@ def _unshare(command: str) -> str:
     return f"unshare -m sh -c '{mount} && {command}'"
 
 
-def test_a_real_non_ascii_mount_reads_as_no_quota_and_show_runs() -> None:
+def _run_unshared(arguments: str) -> str:
+    """This Python with ``arguments`` in that namespace; its stdout, after checking it ran."""
     code = f"""
 import subprocess, sys
-line = {_unshare("$0 -m tfboot show --json")!r}.replace("$0", sys.executable)
-sys.exit(subprocess.run(line, shell=True).returncode)
-"""
-    result = run_python(code, timeout=120)
-    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert '"problem": null' in result.stdout
-
-
-@pytest.mark.tf
-def test_a_real_non_ascii_mount_does_not_break_import_tensorflow() -> None:
-    code = f"""
-import subprocess, sys
-line = {_unshare('$0 -c "import tensorflow"')!r}.replace("$0", sys.executable)
+line = {_unshare("$0 " + arguments)!r}.replace("$0", sys.executable)
 sys.exit(subprocess.run(line, shell=True).returncode)
 """
     result = run_python(code, timeout=300)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    return result.stdout
+
+
+def test_a_real_non_ascii_mount_reads_as_no_quota_and_show_runs() -> None:
+    assert '"problem": null' in _run_unshared("-m tfboot show --json")
+
+
+@pytest.mark.tf
+def test_a_real_non_ascii_mount_does_not_break_import_tensorflow() -> None:
+    _run_unshared('-c "import tensorflow"')
 
 
 # 2. Env-file errors printed the file's content.

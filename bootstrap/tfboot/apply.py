@@ -124,8 +124,9 @@ def _configure(tf: ModuleType, env: Mapping[str, str]) -> Result:
         missing = install(tf, plan.data)
         if missing is None:
             calls.append(f"tf.data.Dataset.{HOOK} gives every pipeline: {plan.data.describe()}")
-        else:
+        else:  # the warning says so; the log line claims nothing that was not applied
             warnings.append(missing)
+            plan.decisions.remove(plan.why["data"])
     if cluster is not None and cluster.peers:
         from .cluster.watcher import watch
 

@@ -443,8 +443,10 @@ def _plan_host_memory(
         "own options win)",
     )
     limit = found.limit_mib
-    if limit is None or not plan.gpu_count:
+    if limit is None:
         return
+    # Read only where TensorFlow makes a GPU's pinned host allocator; set without listing
+    # devices, which would start the GPU driver at import.
     if nonblank(env, PINNED_ENV) is not None:
         plan.decisions.append(
             f"pinned host memory left to {PINNED_ENV}={env[PINNED_ENV]} (explicit)"

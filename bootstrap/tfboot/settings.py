@@ -125,43 +125,35 @@ def parse_split(name: str, value: str) -> Split:
     return tuple(s for s in sizes if s is not None)
 
 
-def parse_cpu_threads(name: str, value: str) -> CpuThreads:
-    """``auto`` (CPU quota), ``host`` (TensorFlow's default) or a positive count."""
+def _auto_host_or_count(name: str, value: str, high: int, what: str, hint: str = "") -> str | int:
+    """``auto``, ``host``, or a whole number from 1 to ``high`` (``what`` names it)."""
     word = _word(value)
     if word in ("auto", "host"):
         return word
     number = positive(value)
-    if number is None or number > MAX_CPU_THREADS:
-        raise ConfigError(
-            Problem(
-                name,
-                value,
-                f"expected auto, host or a thread count from 1 to {MAX_CPU_THREADS}",
-                "TensorFlow starts this many threads per pool: with 4096 its first op takes "
-                "seconds, with 16384 it aborts"
-                if number
-                else "",
-            )
-        )
+    if number is None or number > high:
+        accepted = f"expected auto, host or {what.format(high=high)}"
+        raise ConfigError(Problem(name, value, accepted, hint if number else ""))
     return number
+
+
+def parse_cpu_threads(name: str, value: str) -> CpuThreads:
+    """``auto`` (CPU quota), ``host`` (TensorFlow's default) or a positive count."""
+    return _auto_host_or_count(
+        name,
+        value,
+        MAX_CPU_THREADS,
+        "a thread count from 1 to {high}",
+        "TensorFlow starts this many threads per pool: with 4096 its first op takes "
+        "seconds, with 16384 it aborts",
+    )
 
 
 def parse_host_memory(name: str, value: str) -> str | int:
     """``auto`` (the container's memory limit), ``host`` (TensorFlow's default) or MiB."""
-    word = _word(value)
-    if word in ("auto", "host"):
-        return word
-    number = positive(value)
-    if number is None or number > MAX_HOST_MEMORY_MB:
-        raise ConfigError(
-            Problem(
-                name,
-                value,
-                f"expected auto, host or a number of MiB from 1 to {MAX_HOST_MEMORY_MB} "
-                "(16 TiB) such as 4096",
-            )
-        )
-    return number
+    return _auto_host_or_count(
+        name, value, MAX_HOST_MEMORY_MB, "a number of MiB from 1 to {high} (16 TiB) such as 4096"
+    )
 
 
 @dataclass(frozen=True)
