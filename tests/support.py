@@ -37,6 +37,7 @@ CONTRACT_VARS = frozenset(
         "CUDA_DEVICE_MEMORY_LIMIT",
         "ALIYUN_COM_GPU_MEM_CONTAINER",
         "ALIYUN_COM_GPU_MEM_DEV",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
         "PYTHONPATH",
     }
 )

@@ -1,10 +1,15 @@
 """The GPU memory share a device plugin gave this container, for ``MEMORY_LIMIT_MB=auto``.
 
+Hard shares, enforced below TensorFlow: HAMi's and MPS's. When both are set, the smaller
+holds for each GPU. gpushare's advisory share counts only when neither is set.
+
 HAMi sets ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` per visible GPU (or ``CUDA_DEVICE_MEMORY_LIMIT``
 for all) with a unit suffix such as ``6144m``. HAMi enforces that share in its CUDA hook,
 and the share must also hold the CUDA context and libraries, which live outside
-TensorFlow's cap: the cap is the share minus ``HAMI_HEADROOM_MB``. gpushare's share is
-advisory (nothing enforces it), so the cap is the share itself. gpushare sets
+TensorFlow's cap: the cap is the share minus ``HARD_HEADROOM_MB``. MPS (GKE, Amazon ECS,
+NVIDIA's DRA driver) sets ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, enforced by the CUDA
+driver: one amount for every GPU, or ``ordinal=amount`` pairs, with the same headroom.
+gpushare's share is advisory (nothing enforces it), so the cap is the share itself. gpushare sets
 ``ALIYUN_COM_GPU_MEM_CONTAINER``
 in GiB (or MiB when the plugin runs with ``--memory-unit=MiB``, which it signals by a device
 total ``ALIYUN_COM_GPU_MEM_DEV`` larger than any GPU has in GiB).
@@ -23,15 +28,21 @@ HAMI_ALL = "CUDA_DEVICE_MEMORY_LIMIT"
 HAMI_PREFIX = "CUDA_DEVICE_MEMORY_LIMIT_"
 GPUSHARE = "ALIYUN_COM_GPU_MEM_CONTAINER"
 GPUSHARE_DEVICE = "ALIYUN_COM_GPU_MEM_DEV"
+MPS = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+MPS_ACCEPTED = (
+    "expected an amount such as 4G or 4096M for every GPU, or device=amount pairs such as "
+    "0=4G,1=2048M (device ordinals after CUDA_VISIBLE_DEVICES)"
+)
 
-_UNITS = {"": 1, "m": 1, "mi": 1, "mb": 1, "mib": 1, "g": 1024, "gi": 1024, "gb": 1024, "gib": 1024}
+_UNITS = {"": 1, "m": 1, "mi": 1, "mb": 1, "mib": 1, "g": 1024, "gi": 1024, "gb": 1024, "gib": 1024,
+          "t": 1 << 20, "tb": 1 << 20, "tib": 1 << 20}  # fmt: skip
 _QUANTITY = re.compile(r"^\s*([0-9]+)\s*([a-z]*)\s*$", re.IGNORECASE)
 # 1 TiB: more than any GPU has (the MEMORY_LIMIT_MB limit).
 _MAX_MIB = 1 << 20
 # No GPU has 512 GiB or more; a gpushare device total above this is in MiB.
 _MAX_GIB = 512
 # What a hard share must keep free beside TensorFlow's cap (CUDA context, cuDNN, cuBLAS).
-HAMI_HEADROOM_MB = 512
+HARD_HEADROOM_MB = 512
 
 
 @dataclass(frozen=True)
@@ -60,38 +71,93 @@ def _mib(variable: str, value: str, problems: list[Problem]) -> int | None:
     return mib
 
 
-def _hami_cap(variable: str, value: str, problems: list[Problem]) -> int | None:
+def _hard_cap(variable: str, value: str, problems: list[Problem]) -> int | None:
+    """A hard share (HAMi, MPS) minus the headroom the CUDA context needs beside the cap."""
     share = _mib(variable, value, problems)
-    if share is not None and share <= HAMI_HEADROOM_MB:
+    if share is not None and share <= HARD_HEADROOM_MB:
+        what = "an MPS limit" if variable == MPS else "a HAMi share"
         problems.append(
             Problem(
                 variable,
                 value,
-                f"a HAMi share must exceed {HAMI_HEADROOM_MB} MiB, "
+                f"{what} must exceed {HARD_HEADROOM_MB} MiB, "
                 "the headroom MEMORY_LIMIT_MB=auto keeps for the CUDA context",
-                "ask for more nvidia.com/gpumem, or set MEMORY_LIMIT_MB to a number",
+                "ask for a larger share, or set MEMORY_LIMIT_MB to a number",
             )
         )
         return None
-    return None if share is None else share - HAMI_HEADROOM_MB
+    return None if share is None else share - HARD_HEADROOM_MB
 
 
-def read_plugin_limit(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
-    """The device plugin's cap, or None when no plugin variable is set."""
+def _hami(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
+    """HAMi's caps: ``CUDA_DEVICE_MEMORY_LIMIT`` for every GPU, ``..._<i>`` per GPU."""
     per_gpu: dict[int, int] = {}
     names = [f"{HAMI_ALL}={env[HAMI_ALL]}"] if HAMI_ALL in env else []
     for name, value in sorted(env.items()):
         suffix = name[len(HAMI_PREFIX) :]
         if name.startswith(HAMI_PREFIX) and suffix.isascii() and suffix.isdigit():
             names.append(f"{name}={value}")
-            mib = _hami_cap(name, value, problems)
+            mib = _hard_cap(name, value, problems)
             index = digits(suffix)
             if mib is not None and index is not None:
                 per_gpu[index] = mib
-    if names:
-        default = _hami_cap(HAMI_ALL, env[HAMI_ALL], problems) if HAMI_ALL in env else None
-        source = f"HAMi {', '.join(names)} minus {HAMI_HEADROOM_MB} MiB headroom"
-        return PluginLimit(default, per_gpu, source)
+    if not names:
+        return None
+    default = _hard_cap(HAMI_ALL, env[HAMI_ALL], problems) if HAMI_ALL in env else None
+    source = f"HAMi {', '.join(names)} minus {HARD_HEADROOM_MB} MiB headroom"
+    return PluginLimit(default, per_gpu, source)
+
+
+def _mps(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
+    """MPS's pinned device memory limit: ``2G`` for every GPU, or ``0=1G,1=512M`` per GPU.
+
+    The ordinals are the client's, after ``CUDA_VISIBLE_DEVICES``: TensorFlow's indexes.
+    """
+    value = env.get(MPS)
+    if value is None or not value.strip():
+        return None
+    source = f"MPS {MPS}={value.strip()} minus {HARD_HEADROOM_MB} MiB headroom"
+    parts = [part.strip() for part in value.split(",")]
+    if len(parts) == 1 and "=" not in parts[0]:
+        cap = _hard_cap(MPS, parts[0], problems)
+        return None if cap is None else PluginLimit(cap, {}, source)
+    per_gpu: dict[int, int] = {}
+    for part in parts:
+        ordinal, equals, amount = part.partition("=")
+        index = digits(ordinal) if equals else None
+        if index is None or index in per_gpu:
+            why = f"device {index} is given twice" if index in per_gpu else ""
+            problems.append(Problem(MPS, value, MPS_ACCEPTED, why))
+            return None
+        found: list[Problem] = []
+        cap = _hard_cap(MPS, amount, found)
+        if cap is None:  # name the whole value, and which device's amount is wrong
+            problems += [Problem(MPS, value, f"device {index}: {p.accepted}") for p in found]
+            return None
+        per_gpu[index] = cap
+    return PluginLimit(None, per_gpu, source)
+
+
+def _tightest(limits: list[PluginLimit]) -> PluginLimit:
+    """Two hard shares both hold: the smaller cap for every GPU either names."""
+    defaults = [limit.default for limit in limits if limit.default is not None]
+    per_gpu: dict[int, int] = {}
+    for index in {i for limit in limits for i in limit.per_gpu}:
+        caps = [limit.per_gpu.get(index, limit.default) for limit in limits]
+        per_gpu[index] = min(cap for cap in caps if cap is not None)
+    source = "; ".join(limit.source for limit in limits) + ", the smaller per GPU"
+    return PluginLimit(min(defaults) if defaults else None, per_gpu, source)
+
+
+def read_plugin_limit(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
+    """The share a GPU-sharing device plugin gave this container, or None when none is set.
+
+    Precedence: the hard shares (HAMi, MPS), the smaller per GPU when both are set; else
+    gpushare's advisory share.
+    """
+    hard = [found for found in (_hami(env, problems), _mps(env, problems)) if found is not None]
+    if hard:
+        return hard[0] if len(hard) == 1 else _tightest(hard)
     if GPUSHARE in env:
         value = env[GPUSHARE].strip()
         device_total = digits(env.get(GPUSHARE_DEVICE, ""))
@@ -108,3 +174,16 @@ def read_plugin_limit(env: Mapping[str, str], problems: list[Problem]) -> Plugin
             return None
         return PluginLimit(mib, {}, f"gpushare {GPUSHARE}={value} {unit}")
     return None
+
+
+def mig_instances(env: Mapping[str, str]) -> list[str]:
+    """The MIG instances (``MIG-`` UUIDs) the container's visible-device variables name.
+
+    ``CUDA_VISIBLE_DEVICES`` decides when set, as in CUDA; else the NVIDIA runtime's
+    ``NVIDIA_VISIBLE_DEVICES``.
+    """
+    for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
+        value = env.get(name)
+        if value is not None and value.strip():
+            return [e.strip() for e in value.split(",") if e.strip().startswith("MIG-")]
+    return []

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .cpu import CpuBudget
+from .deviceplugin import mig_instances
 from .errors import ConfigError, Problem
 from .hostmem import PINNED_ENV, PINNED_SHARE, RAM_SHARE, MemoryBudget
 from .settings import Settings
@@ -225,6 +226,7 @@ def make_plan(
     ):
         if getattr(plan, attr) is not None:
             plan.decide(attr, given_text(settings, name))
+    _check_mig(plan, settings, env)
     visible = settings.visible_gpu
     if gpu_count and visible != ():
         _plan_gpus(plan, settings, gpu_count, env)
@@ -233,6 +235,28 @@ def make_plan(
     _plan_threads(plan, settings, cpu, env)
     _plan_host_memory(plan, settings, cpu, env, memory or MemoryBudget(None, ""))
     return plan
+
+
+def _check_mig(plan: Plan, settings: Settings, env: Mapping[str, str]) -> None:
+    """One process can use one MIG slice: more than one visible is a warning (an error under
+    ``REQUIRE_GPU``), as the others would stay idle."""
+    slices = mig_instances(env)
+    if len(slices) < 2:
+        return
+    shown = ", ".join(slices[:2]) + (f" and {len(slices) - 2} more" if len(slices) > 2 else "")
+    text = (
+        f"{len(slices)} MIG instances are visible ({shown}), but one process uses one MIG "
+        "slice: CUDA gives it the first and the others stay idle"
+    )
+    how = (
+        "run one process per slice, each with CUDA_VISIBLE_DEVICES set to its own MIG UUID "
+        "(under Kubernetes, one Pod or container per nvidia.com/mig-* slice)"
+    )
+    if settings.require_gpu:
+        raise ConfigError(
+            Problem("REQUIRE_GPU", settings.given["REQUIRE_GPU"][0], text, how, ON_THIS_HOST)
+        )
+    plan.warnings.append(f"{text}; {how}")
 
 
 def keras_plan(settings: Settings) -> Plan:

@@ -340,24 +340,24 @@ def resolve(env: Mapping[str, str] | None = None) -> Settings:
 
     per_gpu: dict[int, int] = {}
     if values.get("MEMORY_LIMIT_MB") == "auto":
+        before = len(problems)
         limit = read_plugin_limit(env, problems)
-        if limit is None:
+        values["MEMORY_LIMIT_MB"] = None if limit is None else limit.default
+        if limit is not None:
+            per_gpu = limit.per_gpu
+            given["MEMORY_LIMIT_MB"] = (given["MEMORY_LIMIT_MB"][0], limit.source)
+        elif len(problems) == before:  # else a plugin variable is invalid, and says so
             problems.append(
                 Problem(
                     "MEMORY_LIMIT_MB",
                     given["MEMORY_LIMIT_MB"][0],
                     "auto takes the cap a GPU-sharing device plugin gave the container, "
                     "but none is set",
-                    "looked for CUDA_DEVICE_MEMORY_LIMIT[_<i>] (HAMi) and "
-                    "ALIYUN_COM_GPU_MEM_CONTAINER (gpushare); set MEMORY_LIMIT_MB to a number",
+                    "looked for CUDA_DEVICE_MEMORY_LIMIT[_<i>] (HAMi), "
+                    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (MPS) and ALIYUN_COM_GPU_MEM_CONTAINER "
+                    "(gpushare); set MEMORY_LIMIT_MB to a number",
                 )
             )
-            values["MEMORY_LIMIT_MB"] = None
-        else:
-            values["MEMORY_LIMIT_MB"] = limit.default
-            per_gpu = limit.per_gpu
-            raw = given["MEMORY_LIMIT_MB"][0]
-            given["MEMORY_LIMIT_MB"] = (raw, limit.source)
 
     cluster = None
     if values["DISTRIBUTED"] != "off":

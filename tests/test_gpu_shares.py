@@ -1,0 +1,122 @@
+"""What GPU nodes hand a container: MPS memory limits and MIG slices (pure; no TensorFlow).
+
+``MEMORY_LIMIT_MB=auto`` under MPS (``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``), and the rule
+between the share sources: the hard shares (HAMi, MPS) first, the smaller per GPU when
+both are set; gpushare's advisory share only when neither is. Several MIG instances in
+one process: a warning, an error under ``REQUIRE_GPU``."""
+
+from __future__ import annotations
+
+import pytest
+from support import problem_text
+from tfboot import ConfigError, resolve
+
+MPS = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+
+
+def caps(env: dict[str, str]) -> tuple[int | None, dict[int, int], str]:
+    settings = resolve({"MEMORY_LIMIT_MB": "auto", **env})
+    return (
+        settings.memory_limit_mb,
+        settings.memory_limit_per_gpu,
+        settings.source("MEMORY_LIMIT_MB"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "default", "per_gpu"),
+    [
+        ("4G", 3584, {}),
+        ("4096M", 3584, {}),
+        ("4096", 3584, {}),
+        ("4gb", 3584, {}),
+        ("0=4G,1=2048M", None, {0: 3584, 1: 1536}),
+        (" 0=1024M , 2=1T ", None, {0: 512, 2: (1 << 20) - 512}),
+    ],
+)
+def test_documented_forms_minus_the_headroom(
+    value: str, default: int | None, per_gpu: dict[int, int]
+) -> None:
+    limit, found, source = caps({MPS: value})
+    assert (limit, found) == (default, per_gpu)
+    assert source == f"MPS {MPS}={value.strip()} minus 512 MiB headroom"
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("lots", "expected an amount from 1 MiB to 1 TiB"),
+        ("0=4G,0=2G", "device 0 is given twice"),
+        ("x=1G", "device=amount pairs such as 0=4G,1=2048M"),
+        ("4G,2G", "device=amount pairs"),
+        ("0=", "expected an amount from 1 MiB to 1 TiB"),
+        ("512M", "an MPS limit must exceed 512 MiB"),
+        ("\u0664G", "expected an amount"),
+    ],
+)
+def test_malformed_values_name_the_variable(value: str, words: str) -> None:
+    text = problem_text({"MEMORY_LIMIT_MB": "auto", MPS: value})
+    assert f"{MPS}={value!r}" in text and words in text
+    assert "none is set" not in text  # it is set: the problem is its value
+
+
+def test_the_smaller_hard_share_holds_per_gpu() -> None:
+    env = {"CUDA_DEVICE_MEMORY_LIMIT": "3000m", MPS: "0=2G,1=8G"}
+    limit, per_gpu, source = caps(env)
+    assert limit == 2488 and per_gpu == {0: 1536, 1: 2488}
+    assert source.startswith("HAMi ") and "MPS " in source and "the smaller per GPU" in source
+
+
+def test_a_hard_share_wins_over_gpushare() -> None:
+    limit, _, source = caps({MPS: "4G", "ALIYUN_COM_GPU_MEM_CONTAINER": "16"})
+    assert limit == 3584 and source.startswith("MPS ")
+
+
+def test_gpushare_alone_is_still_read() -> None:
+    assert caps({"ALIYUN_COM_GPU_MEM_CONTAINER": "2"})[0] == 2048
+
+
+def test_mps_caps_only_the_gpus_it_names_after_visible_gpu() -> None:
+    from tfboot.cpu import CpuBudget
+    from tfboot.plan import make_plan
+
+    env = {"MEMORY_LIMIT_MB": "auto", MPS: "1=2G", "VISIBLE_GPU": "1"}
+    plan = make_plan(resolve(env), 2, CpuBudget(4, None, ""), env)
+    assert plan.gpu_logical_mb == {1: (1536,)}
+
+
+MIG_A = "MIG-4b3a1f52-6a5e-5e2b-9d0f-2f4e1c0b7a11"
+MIG_B = "MIG-8d2c7e90-1b4f-5a6d-8c3e-7f1a2b3c4d55"
+
+
+def plan_with(env: dict[str, str], gpus: int = 1):
+    from tfboot.cpu import CpuBudget
+    from tfboot.plan import make_plan
+
+    return make_plan(resolve(env), gpus, CpuBudget(4, None, ""), env)
+
+
+@pytest.mark.parametrize("variable", ["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"])
+def test_several_mig_slices_warn_that_one_process_uses_one(variable: str) -> None:
+    (warning,) = plan_with({variable: f"{MIG_A},{MIG_B}"}).warnings
+    assert f"2 MIG instances are visible ({MIG_A}, {MIG_B})" in warning
+    assert "one process uses one MIG slice" in warning
+    assert "CUDA_VISIBLE_DEVICES set to its own MIG UUID" in warning
+
+
+def test_several_mig_slices_are_an_error_under_require_gpu() -> None:
+    env = {"CUDA_VISIBLE_DEVICES": f"{MIG_A},{MIG_B}", "REQUIRE_GPU": "true"}
+    with pytest.raises(ConfigError) as info:
+        plan_with(env)
+    assert "REQUIRE_GPU='true' cannot be applied on this host" in str(info.value)
+
+
+def test_one_slice_is_a_gpu_like_any_other() -> None:
+    env = {"CUDA_VISIBLE_DEVICES": MIG_A, "MEMORY_LIMIT_MB": "4096", "VIRTUAL_SPLIT": "2"}
+    plan = plan_with(env)
+    assert plan.warnings == [] and plan.gpu_logical_mb == {0: (2048, 2048)}
+
+
+def test_cuda_visible_devices_decides_over_the_runtimes_list() -> None:
+    env = {"CUDA_VISIBLE_DEVICES": MIG_A, "NVIDIA_VISIBLE_DEVICES": f"{MIG_A},{MIG_B}"}
+    assert plan_with(env).warnings == []
