@@ -17,6 +17,7 @@ from . import report
 from .cpu import cpu_budget
 from .errors import ConfigError, Problem
 from .hostmem import memory_budget
+from .nccl import readiness, why_needed
 from .plan import Call, Device, Logical, Plan, keras_plan, make_plan, needs_devices
 from .report import Result
 from .settings import DISABLE, ON_ERROR, Settings, disabled, read_control, resolve
@@ -127,6 +128,9 @@ def _configure(tf: ModuleType, env: Mapping[str, str]) -> Result:
         else:  # the warning says so; the log line claims nothing that was not applied
             warnings.append(missing)
             plan.decisions.remove(plan.why["data"])
+    visible = len(range(len(gpus)) if plan.visible_gpus is None else plan.visible_gpus)
+    config = cluster.identity.config if cluster is not None else None
+    warnings += readiness(why_needed(visible, config.size if config is not None else 0)).warnings
     if cluster is not None and cluster.peers:
         from .cluster.watcher import watch
 

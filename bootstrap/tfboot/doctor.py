@@ -14,6 +14,7 @@ from .apply import apply, last_result
 from .cpu import cpu_budget
 from .errors import ConfigError
 from .hostmem import PINNED_ENV, memory_budget
+from .nccl import readiness, why_needed
 from .plan import INTER_ENV, INTRA_ENV, DataDefaults, Plan
 from .report import Result
 
@@ -96,6 +97,12 @@ def collect(verify: bool = False) -> dict[str, Any]:
         "pinned_mib": os.environ.get(PINNED_ENV),
         "problem": memory.problem or None,
     }
+    visible = (
+        len(logical["GPU"]) if not plan or plan.visible_gpus is None else len(plan.visible_gpus)
+    )
+    cluster = result.cluster.identity.config if result.cluster is not None else None
+    why = why_needed(len(physical["GPU"]) and visible, cluster.size if cluster else 0)
+    report["nccl"] = {"needed": why, **readiness(why or "NCCL is not needed here").to_dict()}
     intra = _threads(tf, "get_intra_op_parallelism_threads", INTRA_ENV, budget.affinity)
     inter = _threads(tf, "get_inter_op_parallelism_threads", INTER_ENV, budget.affinity)
     report["threads"] = {
@@ -154,6 +161,12 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"  pinned host memory: {host['pinned_mib']} MiB ({PINNED_ENV})")
     if host["problem"]:
         lines.append(f"  {host['problem']}")
+    nccl = report["nccl"]
+    lines.append(
+        f"NCCL: /dev/shm {nccl['shm_mib']} MiB, memlock {nccl['memlock_mib']}"
+        + (" MiB" if isinstance(nccl["memlock_mib"], int) else "")
+        + (f" ({nccl['needed']})" if nccl["needed"] else " (not needed: one GPU, no cluster)")
+    )
     lines.append(
         f"threads: intra-op {threads['intra_op']} ({threads['intra_op_source']}), "
         f"inter-op {threads['inter_op']} ({threads['inter_op_source']})"

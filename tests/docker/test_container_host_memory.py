@@ -44,3 +44,23 @@ def test_show_names_the_limit_and_its_file(tf_image: str) -> None:
     assert memory["limit_mib"] == 600, memory
     assert memory["limit_source"].endswith(("memory.max", "memory.limit_in_bytes")), memory
     assert memory["tf_data"]["ram_budget_mib"] == 150
+
+
+NCCL = """
+import json
+from tfboot.nccl import readiness
+print(json.dumps(readiness("2 GPUs are visible").to_dict()))
+"""
+
+
+def test_docker_default_shm_gets_the_nccl_warning(tf_image: str) -> None:
+    """``--shm-size=64m`` is Docker's default, made explicit: the real /dev/shm is measured."""
+    small = run_container(tf_image, ["python3", "-c", NCCL], shm_size="64m").ok()
+    found = json.loads(small.stdout.strip().splitlines()[-1])
+    assert found["shm_mib"] == 64
+    assert any("/dev/shm is 64 MiB, below 1024 MiB" in w for w in found["warnings"]), found
+    doctor = run_container(tf_image, ["tfboot", "doctor", "--json"], shm_size="64m").ok()
+    assert json.loads(doctor.stdout.strip().splitlines()[-1])["nccl"]["shm_mib"] == 64
+    large = run_container(tf_image, ["python3", "-c", NCCL], shm_size="1g").ok()
+    found = json.loads(large.stdout.strip().splitlines()[-1])
+    assert found["shm_mib"] == 1024 and not any("shm" in w for w in found["warnings"])

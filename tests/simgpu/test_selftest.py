@@ -56,6 +56,8 @@ def test_stable_passes_visibility_and_growth_and_fails_the_ignored_cap(stable_gp
     assert len(split_devices) == 1 and split_devices[0]["memory_mb"] > CAP_MB
     assert "not enforced" in row(report, "growth_under_cap")["detail"]
     assert report["summary"] == {"pass": 4, "fail": 3, "skip": 0}
+    # Two GPUs: NCCL would run between them, so /dev/shm and memlock are reported.
+    assert report["nccl"]["needed"] == "2 GPUs are visible" and report["nccl"]["shm_mib"]
 
 
 def test_nightly_with_shim_passes_the_cap_and_split_rows(nightly_gpu: SimGpu) -> None:

@@ -26,6 +26,7 @@ RULES: dict[str, tuple[str, str]] = {
     "cpu-threads-over-limit": (WARNING, "CPU_THREADS above limits.cpu"),
     "resource-field-extended": (ERROR, "a resourceFieldRef to an extended resource"),
     "resource-field-invalid": (ERROR, "a resourceFieldRef to a resource it cannot expose"),
+    "nccl-shm": (WARNING, "several GPUs, or a GPU in a cluster, without a memory-backed /dev/shm"),
     "host-memory-over-limit": (ERROR, "HOST_MEMORY_LIMIT_MB above limits.memory"),
     "resources-missing": (ERROR, "no cpu or memory limit, nor a request for one"),
     "quantity-invalid": (ERROR, "a resource quantity that does not parse"),

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from ..cpu import CpuBudget
 from ..errors import ConfigError, Problem
+from ..nccl import SHM
 from ..plan import Plan, make_plan
 from ..settings import CONTRACT, CONTROL, DISABLE, MAX_CPU_THREADS, Settings, disabled, resolve
 from .documents import quantity
@@ -187,6 +188,37 @@ def _check_host_memory(container: Container, settings: Settings, report: Report)
         )
 
 
+def _check_shm(container: Container, settings: Settings, grant: GpuGrant, report: Report) -> None:
+    """NCCL's shared memory: a memory-backed emptyDir at /dev/shm where NCCL will run."""
+    distributed = settings.distributed != "off"
+    if grant.count < 2 and not (distributed and grant.count):
+        return
+    at_shm = {
+        m.get("name")
+        for m in container.spec.get("volumeMounts") or []
+        if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == SHM
+    }
+    in_memory = {
+        v.get("name")
+        for v in container.pod.get("volumes") or []
+        if isinstance(v, dict) and (v.get("emptyDir") or {}).get("medium") == "Memory"
+    }
+    if at_shm & in_memory:
+        return
+    why = (
+        f"{grant.count} GPUs"
+        if grant.count > 1
+        else f"a GPU under DISTRIBUTED={settings.distributed}"
+    )
+    report.add(
+        container.where,
+        "nccl-shm",
+        f"{why}: NCCL will run, and {SHM} is the runtime's 64 MiB: the first all-reduce can "
+        "fail on its shared memory",
+        f"mount an emptyDir with medium: Memory (sizeLimit: 1Gi) at {SHM}",
+    )
+
+
 def check_tfboot(container: Container, report: Report) -> None:
     """The tfboot variables against the resources the container gets."""
     grant = gpu_grant(container.resources("limits"))
@@ -208,6 +240,7 @@ def check_tfboot(container: Container, report: Report) -> None:
     settings, env = resolved
     _check_threads(container, settings, report)
     _check_host_memory(container, settings, report)
+    _check_shm(container, settings, grant, report)
     plan = _plan(container, settings, grant, env, report)
     if plan is not None:
         _check_share(container, plan, grant, report)

@@ -10,10 +10,17 @@ def header(report: Report) -> str:
         f"GPU {i}" + (f" ({g['model']})" if g.get("model") else "")
         for i, g in enumerate(report.gpus)
     )
-    return (
+    nccl = report.nccl
+    memlock = nccl.get("memlock_mib")
+    lines = [
         f"tfboot selftest: TensorFlow {report.tensorflow}; {len(report.gpus)} GPU(s): {gpus}; "
-        f"testing GPU {', '.join(map(str, report.tested))} with a {report.cap_mb} MiB cap"
-    )
+        f"testing GPU {', '.join(map(str, report.tested))} with a {report.cap_mb} MiB cap",
+        f"NCCL: /dev/shm {nccl.get('shm_mib')} MiB, memlock "
+        + (f"{memlock} MiB" if isinstance(memlock, int) else str(memlock))
+        + (f" ({nccl['needed']})" if nccl.get("needed") else " (one GPU: NCCL not needed)"),
+    ]
+    lines += [f"warning: {w}" for w in nccl.get("warnings", [])]
+    return "\n".join(lines)
 
 
 def row_line(result: RowResult) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..nccl import readiness, why_needed
 from ..plan import GROWTH_ENV
 from ..settings import ALL_NAMES
 from . import tflog
@@ -49,6 +50,7 @@ class Report:
     rows: list[RowResult] = field(default_factory=list)
     error: str | None = None
     error_status: int = 1  # 2 when the options did not fit this node
+    nccl: dict[str, Any] = field(default_factory=dict)  # /dev/shm and memlock, measured
 
     @property
     def exit_status(self) -> int:
@@ -69,6 +71,7 @@ class Report:
             "summary": counts,
             "error": self.error,
             "exit_status": self.exit_status,
+            "nccl": self.nccl,
         }
 
 
@@ -162,6 +165,9 @@ def run(
         return Report(None, [], [], cap_mb, error=f"TensorFlow could not start: {found['error']}")
     listed = found["gpus"]
     report = Report(found["tensorflow"], listed, [], cap_mb)
+    distributed = os.environ.get("DISTRIBUTED", "").strip().lower() not in ("", "off")
+    why = why_needed(len(listed), 0) or ("DISTRIBUTED is set" if distributed and listed else None)
+    report.nccl = {"needed": why, **readiness(why).to_dict()}
     if not listed:
         return report
     tested = list(range(len(listed))) if options.gpus is None else list(options.gpus)

@@ -1,0 +1,74 @@
+"""NCCL's needs from the container: room in ``/dev/shm`` and a memlock limit.
+
+NCCL moves data between the GPUs of one node through shared memory files in ``/dev/shm``
+and pins host memory for its transfers. Docker gives a container a 64 MiB ``/dev/shm``
+and Kubernetes the same unless a memory-backed ``emptyDir`` is mounted there; a low
+memlock limit fails the pinning. Multi-GPU and multi-worker jobs then die at their first
+all-reduce (NVIDIA/nccl#342, #290). NVIDIA's own containers run with ``--shm-size=1g
+--ulimit memlock=-1``; tfboot warns below ``SHM_MIN_MIB`` and ``MEMLOCK_MIN_MIB``.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass, field
+
+SHM = "/dev/shm"
+SHM_MIN_MIB = 1024
+MEMLOCK_MIN_MIB = 64
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """``/dev/shm``'s size and the memlock limit in MiB (None: unknown / unlimited)."""
+
+    shm_mib: int | None
+    memlock_mib: int | None  # None: unlimited
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "shm_mib": self.shm_mib,
+            "memlock_mib": "unlimited" if self.memlock_mib is None else self.memlock_mib,
+            "warnings": list(self.warnings),
+        }
+
+
+def readiness(why: str | None, shm: str = SHM) -> Readiness:
+    """Measure both; warn when NCCL will run here (``why``: more GPUs, a cluster)."""
+    try:
+        stat = os.statvfs(shm)
+        shm_mib: int | None = stat.f_blocks * stat.f_frsize // MIB
+    except OSError:
+        shm_mib = None
+    soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    memlock = None if soft == resource.RLIM_INFINITY else soft // MIB
+    warnings: list[str] = []
+    if why is None:
+        return Readiness(shm_mib, memlock, warnings)
+    if shm_mib is None or shm_mib < SHM_MIN_MIB:
+        size = "missing" if shm_mib is None else f"{shm_mib} MiB"
+        warnings.append(
+            f"NCCL: {why}, and {shm} is {size}, below {SHM_MIN_MIB} MiB: NCCL's all-reduce "
+            "can fail on its shared memory; docker run --shm-size=1g, or under Kubernetes "
+            "mount an emptyDir with medium: Memory at /dev/shm"
+        )
+    if memlock is not None and memlock < MEMLOCK_MIN_MIB:
+        warnings.append(
+            f"NCCL: {why}, and the memlock limit is {soft // 1024} KiB, below "
+            f"{MEMLOCK_MIN_MIB} MiB: NCCL cannot pin its buffers; docker run --ulimit "
+            "memlock=-1, or raise the container runtime's LimitMEMLOCK"
+        )
+    return Readiness(shm_mib, memlock, warnings)
+
+
+def why_needed(visible_gpus: int, cluster_size: int) -> str | None:
+    """Why NCCL will run here: more than one visible GPU, or GPUs in a multi-worker cluster
+    (on CPUs, TensorFlow's collectives go over gRPC, not NCCL)."""
+    if cluster_size > 1 and visible_gpus:
+        return f"this task has {visible_gpus} GPU(s) and is one of {cluster_size} in a cluster"
+    if visible_gpus > 1:
+        return f"{visible_gpus} GPUs are visible"
+    return None
