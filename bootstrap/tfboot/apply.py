@@ -117,6 +117,16 @@ def _configure(tf: ModuleType, env: Mapping[str, str]) -> Result:
     )
     if cluster is not None:
         plan.environ.update(cluster.environ)
+    if settings.xla_jit and tf.test.is_built_with_cuda():
+        from .xla import pip_toolchain, plan_toolchain
+
+        toolchain = plan_toolchain(os.environ, pip_toolchain())
+        if toolchain.xla_flags is not None:
+            plan.environ["XLA_FLAGS"] = toolchain.xla_flags
+        if toolchain.decision:
+            plan.decide("xla_toolchain", toolchain.decision)
+        if toolchain.warning:
+            plan.warnings.append(toolchain.warning)
     calls = _execute(tf, plan, gpus)
     warnings = list(plan.warnings) + (cluster.warnings if cluster else [])
     if plan.data is not None:

@@ -1,0 +1,80 @@
+"""XLA's CUDA toolchain (``ptxas``, ``libdevice``) for ``XLA_JIT=true`` on a pip-installed
+TensorFlow.
+
+A CUDA build of TensorFlow installed from pip has no CUDA toolkit beside it, and XLA then
+fails to compile for the GPU for want of ``ptxas`` and ``libdevice``
+(tensorflow/tensorflow#58681, #57055, #60790; conda-forge/tensorflow-feedstock#420). The
+fix users copy by hand is ``XLA_FLAGS=--xla_gpu_cuda_data_dir=`` pointing at the
+``nvidia-cuda-nvcc`` pip package. tfboot does it for them: the user's own ``XLA_FLAGS`` is
+kept and extended, never overwritten, and with no toolkit anywhere one warning names both
+remedies.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+FLAG = "--xla_gpu_cuda_data_dir"
+PACKAGE = "nvidia.cuda_nvcc"  # the nvidia-cuda-nvcc-cu12 (or -cu13) pip package
+# Where XLA itself looks for a toolkit when no flag names one.
+TOOLKITS = ("CUDA_HOME", "CUDA_PATH")
+DEFAULT_TOOLKIT = "/usr/local/cuda"
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What to do for XLA: the ``XLA_FLAGS`` to set (None: leave it), and why."""
+
+    xla_flags: str | None
+    decision: str
+    warning: str = ""
+
+
+def has_toolchain(directory: str) -> bool:
+    """``directory`` holds what XLA needs: ``nvvm/libdevice`` and ``bin/ptxas``."""
+    return os.path.isdir(os.path.join(directory, "nvvm", "libdevice")) and os.path.isfile(
+        os.path.join(directory, "bin", "ptxas")
+    )
+
+
+def pip_toolchain() -> str | None:
+    """The ``nvidia-cuda-nvcc`` pip package's directory, when installed and complete."""
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec(PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        if has_toolchain(location):
+            return str(location)
+    return None
+
+
+def plan_toolchain(
+    env: Mapping[str, str], found: str | None, default: str = DEFAULT_TOOLKIT
+) -> Toolchain:
+    """For a CUDA build with XLA_JIT on: point XLA at ``found`` (the pip package) unless
+    ``XLA_FLAGS`` names a toolkit or XLA finds one itself ($CUDA_HOME, ``default``)."""
+    flags = env.get("XLA_FLAGS", "")
+    if FLAG in flags:
+        return Toolchain(None, "XLA's CUDA toolkit left to XLA_FLAGS (explicit)")
+    toolkits = [env.get(name, "") for name in TOOLKITS] + [default]
+    installed = next((t for t in toolkits if t and has_toolchain(t)), None)
+    if installed is not None:
+        return Toolchain(None, f"XLA's CUDA toolkit found by XLA at {installed}")
+    if found is not None:
+        extended = f"{flags.strip()} {FLAG}={found}".strip()
+        return Toolchain(
+            extended, f"XLA_FLAGS gets {FLAG}={found} (the nvidia-cuda-nvcc pip package)"
+        )
+    return Toolchain(
+        None,
+        "",
+        "XLA_JIT=true on a CUDA build of TensorFlow, but XLA will find no ptxas or "
+        f"libdevice: no CUDA toolkit at {DEFAULT_TOOLKIT} or $CUDA_HOME, and no "
+        "nvidia-cuda-nvcc pip package; pip install nvidia-cuda-nvcc-cu12 (tfboot then points "
+        f"XLA at it), or set XLA_FLAGS={FLAG}=<a CUDA toolkit directory>",
+    )
