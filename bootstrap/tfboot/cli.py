@@ -287,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="check the GPU rows of the contract on this node, one fresh process per row",
         description="Check each GPU row of the contract on this node (VISIBLE_GPU, "
         "MEMORY_LIMIT_MB, VIRTUAL_SPLIT, MEMORY_GROWTH, growth under a cap, the "
-        "cuda_malloc_async warning, REQUIRE_GPU), each in a fresh Python process, and print "
+        "cuda_malloc_async warning, REQUIRE_GPU, XLA_JIT), each in a fresh Python process, "
+        "and print "
         "PASS, FAIL or SKIP per row with the numbers seen. Run it after a driver or image "
         "upgrade. Exit status: 0 every row passed or was skipped, 1 a row failed or "
         "TensorFlow could not start, 2 bad options, 3 TensorFlow lists no GPU.",

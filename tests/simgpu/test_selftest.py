@@ -44,7 +44,9 @@ def test_stable_passes_visibility_and_growth_and_fails_the_ignored_cap(stable_gp
         "growth_under_cap": "FAIL",
         "cuda_malloc_async": "PASS",
         "require_gpu": "PASS",
+        "xla_jit": "SKIP",
     }
+    assert "not a CUDA build" in row(report, "xla_jit")["detail"]
     visible = row(report, "visible_gpu")
     assert [(d["logical"], d["physical"]) for d in visible["numbers"]["devices"]] == [("GPU:0", 1)]
     assert row(report, "memory_growth")["numbers"]["regions_mib"][0] == 2
@@ -55,7 +57,7 @@ def test_stable_passes_visibility_and_growth_and_fails_the_ignored_cap(stable_gp
     split_devices = row(report, "virtual_split")["numbers"]["devices"]
     assert len(split_devices) == 1 and split_devices[0]["memory_mb"] > CAP_MB
     assert "not enforced" in row(report, "growth_under_cap")["detail"]
-    assert report["summary"] == {"pass": 4, "fail": 3, "skip": 0}
+    assert report["summary"] == {"pass": 4, "fail": 3, "skip": 1}
     # Two GPUs: NCCL would run between them, so /dev/shm and memlock are reported.
     assert report["nccl"]["needed"] == "2 GPUs are visible" and report["nccl"]["shm_mib"]
 

@@ -54,6 +54,15 @@ def _fill(tf: Any, cap_mb: int) -> dict[str, Any]:
     return {"fill": verify_gpus(tf, dict.fromkeys(names, cap_mb))}
 
 
+def _jit(tf: Any) -> dict[str, Any]:
+    import os
+
+    with tf.device("/GPU:0"):
+        run = tf.function(lambda x: tf.reduce_sum(x * 2.0 + 1.0), jit_compile=True)
+        value = float(run(tf.ones([1024])))
+    return {"jit_value": value, "xla_flags": os.environ.get("XLA_FLAGS")}
+
+
 def measure(kind: str, args: Sequence[str]) -> dict[str, Any]:
     """Import TensorFlow, apply the environment, run measurement ``kind``."""
     import tensorflow as tf
@@ -68,6 +77,8 @@ def measure(kind: str, args: Sequence[str]) -> dict[str, Any]:
         out.update(_place(tf))
     elif kind == "fill":
         out.update(_fill(tf, int(args[0])))
+    elif kind == "jit":
+        out.update(_jit(tf))
     else:
         out["error"] = f"unknown measurement {kind!r}"
     return out

@@ -20,6 +20,11 @@ def header(report: Report) -> str:
         + (f" ({nccl['needed']})" if nccl.get("needed") else " (one GPU: NCCL not needed)"),
     ]
     lines += [f"warning: {w}" for w in nccl.get("warnings", [])]
+    if report.mig:
+        lines.append(
+            f"MIG: {len(report.mig)} instance(s) visible ({', '.join(report.mig)}); a process "
+            "uses one, the first" + ("" if len(report.mig) == 1 else ": run one process per slice")
+        )
     return "\n".join(lines)
 
 

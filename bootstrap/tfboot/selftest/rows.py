@@ -19,6 +19,7 @@ SPLIT = 2
 # Memory growth's first device region is 2 MiB in TensorFlow's BFC allocator; a
 # preallocating allocator takes (almost) the whole GPU at once.
 SMALL_REGION_MB = 64
+JIT_EXPECTED = 3072.0  # sum(ones(1024) * 2 + 1), what the jitted function must return
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Context:
     gpu: int | None
     gpu_count: int
     cap_mb: int
+    cuda: bool = True  # TensorFlow is a CUDA build (not a PluggableDevice's)
 
 
 @dataclass
@@ -154,6 +156,20 @@ def _require_gpu(ctx: Context, result: dict[str, Any], log: TfLog) -> Verdict:
     return Verdict(PASS if ok else FAIL, detail, {"gpus": listed})
 
 
+def _xla_jit(ctx: Context, result: dict[str, Any], log: TfLog) -> Verdict:
+    value = result.get("jit_value")
+    flags = result.get("xla_flags") or "unset"
+    if value == JIT_EXPECTED:
+        return Verdict(PASS, f"a jitted function compiled and ran on the GPU; XLA_FLAGS {flags}")
+    return Verdict(FAIL, f"the jitted function gave {value!r}; XLA_FLAGS {flags}", result)
+
+
+def _not_cuda(ctx: Context) -> str | None:
+    if not ctx.cuda:
+        return "not a CUDA build of TensorFlow: XLA compiles GPU code for CUDA GPUs only"
+    return None
+
+
 def _one_gpu(ctx: Context) -> str | None:
     if ctx.gpu_count < 2:
         return "one GPU on this node: there is no other GPU for VISIBLE_GPU to hide"
@@ -184,4 +200,6 @@ ROWS: tuple[Row, ...] = (
         _async_warning),
     Row("require_gpu", "REQUIRE_GPU=true accepts this node's device list", False, "probe",
         lambda c: {"REQUIRE_GPU": "true"}, _require_gpu),
+    Row("xla_jit", "XLA_JIT=true: a jitted function compiles (ptxas, libdevice) and runs",
+        False, "jit", lambda c: _on(c, XLA_JIT="true"), _xla_jit, _not_cuda),
 )  # fmt: skip

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..deviceplugin import mig_instances
 from ..nccl import readiness, why_needed
 from ..plan import GROWTH_ENV
 from ..settings import ALL_NAMES
@@ -51,6 +52,7 @@ class Report:
     error: str | None = None
     error_status: int = 1  # 2 when the options did not fit this node
     nccl: dict[str, Any] = field(default_factory=dict)  # /dev/shm and memlock, measured
+    mig: list[str] = field(default_factory=list)  # MIG instances the environment names
 
     @property
     def exit_status(self) -> int:
@@ -72,6 +74,7 @@ class Report:
             "error": self.error,
             "exit_status": self.exit_status,
             "nccl": self.nccl,
+            "mig": self.mig,
         }
 
 
@@ -168,6 +171,7 @@ def run(
     distributed = os.environ.get("DISTRIBUTED", "").strip().lower() not in ("", "off")
     why = why_needed(len(listed), 0) or ("DISTRIBUTED is set" if distributed and listed else None)
     report.nccl = {"needed": why, **readiness(why).to_dict()}
+    report.mig = mig_instances(os.environ)
     if not listed:
         return report
     tested = list(range(len(listed))) if options.gpus is None else list(options.gpus)
@@ -183,7 +187,8 @@ def run(
         on_start(report)
     for row in (row for row in ROWS if row.name in options.rows):
         for gpu in tested if row.per_gpu else tested[:1]:
-            result = _check(row, Context(gpu, len(listed), cap_mb), timeout)
+            context = Context(gpu, len(listed), cap_mb, bool(found.get("cuda", True)))
+            result = _check(row, context, timeout)
             report.rows.append(result)
             if on_row is not None:
                 on_row(result)
