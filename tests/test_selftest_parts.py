@@ -96,3 +96,26 @@ def test_bad_options_exit_2_with_a_reason(
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_header_names_shm_memlock_and_the_mig_slices_seen() -> None:
+    from tfboot.selftest.render import header
+    from tfboot.selftest.runner import Report
+
+    report = Report("2.21.0", [{"name": "GPU:0"}], [0], 1024)
+    report.nccl = {"needed": None, "shm_mib": 64, "memlock_mib": "unlimited", "warnings": []}
+    report.mig = ["MIG-aaaa", "MIG-bbbb"]
+    text = header(report)
+    assert "NCCL: /dev/shm 64 MiB, memlock unlimited (one GPU: NCCL not needed)" in text
+    assert "MIG: 2 instance(s) visible (MIG-aaaa, MIG-bbbb)" in text
+    assert "run one process per slice" in text
+
+
+def test_the_xla_row_skips_on_a_build_that_is_not_cudas() -> None:
+    from tfboot.selftest.rows import ROWS, Context
+
+    (row,) = [r for r in ROWS if r.name == "xla_jit"]
+    assert row.skip(Context(0, 1, 1024, cuda=True)) is None
+    assert "not a CUDA build" in (row.skip(Context(0, 1, 1024, cuda=False)) or "")
+    verdict = row.judge(Context(0, 1, 1024), {"jit_value": 3072.0, "xla_flags": None}, None)
+    assert verdict.status == "PASS"
