@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import cluster_plan, problem_text, run_module, run_python
+from support import cluster_plan, problem_text, run_module, run_python, unavailable
 from tfboot.cgroup import CgroupError, cpu_quota
 from tfboot.cli import main
 from tfboot.errors import ConfigError
@@ -45,6 +45,7 @@ def test_a_cgroup_file_of_bytes_is_named_never_quoted() -> None:
 def _unshare(command: str) -> str:
     """A shell line in a mount namespace with a non-ASCII tmpfs mount (needs root)."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
+        unavailable("needs root and unshare(1) for a private mount namespace")
         pytest.skip("needs root and unshare(1) for a private mount namespace")
     mount = "mkdir -p /tmp/données && mount -t tmpfs none /tmp/données"
     return f"unshare -m sh -c '{mount} && {command}'"
