@@ -26,9 +26,8 @@ def install() -> bool:
         return True
     except BaseException as exc:
         if os.environ.get("TFBOOT_LOG", "").strip().lower() == "debug":
-            from .values import line
-
-            os.write(2, (line("debug", f"import hook not installed: {exc!r}") + "\n").encode())
+            # tfboot.values.line's format, written here: nothing more is imported on this path.
+            os.write(2, f"tfboot: debug: import hook not installed: {exc!r}\n".encode())
         return False
 
 

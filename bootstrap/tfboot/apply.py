@@ -111,22 +111,17 @@ def _configure(tf: ModuleType, env: Mapping[str, str]) -> Result:
     # Listing devices initialises the GPU driver: only when a setting depends on them.
     gpus = tf.config.list_physical_devices("GPU") if needs_devices(settings) else []
     memory = memory_budget(env) if settings.host_memory == "auto" else None
-    plan = make_plan(settings, len(gpus), cpu_budget(env), env, memory)
+    toolchain = None
+    if settings.xla_jit and tf.test.is_built_with_cuda():
+        from .xla import pip_toolchain, plan_toolchain
+
+        toolchain = plan_toolchain(os.environ, pip_toolchain())
+    plan = make_plan(settings, len(gpus), cpu_budget(env), env, memory, toolchain)
     cluster = _cluster(
         settings, env, replicas=plan.local_replicas(len(gpus)), cpu_split=plan.cpu_logical
     )
     if cluster is not None:
         plan.environ.update(cluster.environ)
-    if settings.xla_jit and tf.test.is_built_with_cuda():
-        from .xla import pip_toolchain, plan_toolchain
-
-        toolchain = plan_toolchain(os.environ, pip_toolchain())
-        if toolchain.xla_flags is not None:
-            plan.environ["XLA_FLAGS"] = toolchain.xla_flags
-        if toolchain.decision:
-            plan.decide("xla_toolchain", toolchain.decision)
-        if toolchain.warning:
-            plan.warnings.append(toolchain.warning)
     calls = _execute(tf, plan, gpus)
     warnings = list(plan.warnings) + (cluster.warnings if cluster else [])
     if plan.data is not None:
@@ -138,7 +133,7 @@ def _configure(tf: ModuleType, env: Mapping[str, str]) -> Result:
         else:  # the warning says so; the log line claims nothing that was not applied
             warnings.append(missing)
             plan.decisions.remove(plan.why["data"])
-    visible = len(range(len(gpus)) if plan.visible_gpus is None else plan.visible_gpus)
+    visible = len(plan.visible(len(gpus)))
     config = cluster.identity.config if cluster is not None else None
     warnings += readiness(why_needed(visible, config.size if config is not None else 0)).warnings
     if cluster is not None and cluster.peers:

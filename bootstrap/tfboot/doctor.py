@@ -24,10 +24,7 @@ def _logical_caps(
 ) -> dict[str, int | None]:
     """Map each logical GPU name to its cap; logical ids follow the visible physical order."""
     caps: list[int | None] = []
-    visible = (
-        range(physical_count) if plan is None or plan.visible_gpus is None else plan.visible_gpus
-    )
-    for index in visible:
+    for index in plan.visible(physical_count) if plan is not None else range(physical_count):
         sizes = plan.gpu_logical_mb.get(index) if plan is not None else None
         caps.extend(sizes or [None])
     return dict(zip(logical_gpus, caps + [None] * (len(logical_gpus) - len(caps)), strict=False))
@@ -97,12 +94,11 @@ def collect(verify: bool = False) -> dict[str, Any]:
         "pinned_mib": os.environ.get(PINNED_ENV),
         "problem": memory.problem or None,
     }
-    visible = (
-        len(logical["GPU"]) if not plan or plan.visible_gpus is None else len(plan.visible_gpus)
-    )
+    gpus = len(physical["GPU"])
+    visible = len(plan.visible(gpus)) if plan else gpus  # physical GPUs: NCCL runs between them
     cluster = result.cluster.identity.config if result.cluster is not None else None
-    why = why_needed(len(physical["GPU"]) and visible, cluster.size if cluster else 0)
-    report["nccl"] = {"needed": why, **readiness(why or "NCCL is not needed here").to_dict()}
+    why = why_needed(visible, cluster.size if cluster else 0)
+    report["nccl"] = {"needed": why, **readiness(why).to_dict()}
     intra = _threads(tf, "get_intra_op_parallelism_threads", INTRA_ENV, budget.affinity)
     inter = _threads(tf, "get_inter_op_parallelism_threads", INTER_ENV, budget.affinity)
     report["threads"] = {

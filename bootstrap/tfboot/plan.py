@@ -9,7 +9,7 @@ line.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ from .errors import ConfigError, Problem
 from .hostmem import PINNED_ENV, PINNED_SHARE, RAM_SHARE, MemoryBudget
 from .settings import Settings
 from .values import nonblank
+from .xla import Toolchain
 
 GPU_SETTINGS = ("VISIBLE_GPU", "MEMORY_LIMIT_MB", "MEMORY_GROWTH")
 # Settings that need TensorFlow's device list; without them tfboot never lists devices.
@@ -53,7 +54,6 @@ class Call:
     args: tuple[Any, ...]  # plain values, Device, Logical, or lists of them
     reason: str
     name: str  # how the call is named in the log and in doctor's "calls"
-    module: str = "tf"
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class Plan:
                     "set_visible_devices",
                 )
             )
-        visible = range(self.gpu_count) if self.visible_gpus is None else self.visible_gpus
+        visible = self.visible(self.gpu_count)
         if self.memory_growth is not None:
             calls += [
                 Call(
@@ -173,7 +173,6 @@ class Plan:
                 (self.mixed_precision,),
                 self.why["mixed_precision"],
                 "set_global_policy",
-                module="keras",
             )
         ]
 
@@ -182,10 +181,13 @@ class Plan:
         """True when nothing is changed in TensorFlow."""
         return not self.decisions
 
+    def visible(self, gpu_count: int) -> Sequence[int]:
+        """The physical GPUs left visible, by index, of ``gpu_count`` listed."""
+        return range(gpu_count) if self.visible_gpus is None else self.visible_gpus
+
     def local_replicas(self, gpu_count: int) -> int:
         """Visible logical GPUs after this plan (visible GPUs x split), else 1 (CPU:0)."""
-        visible = range(gpu_count) if self.visible_gpus is None else self.visible_gpus
-        return sum(len(self.gpu_logical_mb.get(i, ())) or 1 for i in visible) or 1
+        return sum(len(self.gpu_logical_mb.get(i, ())) or 1 for i in self.visible(gpu_count)) or 1
 
 
 def given_text(settings: Settings, name: str) -> str:
@@ -206,10 +208,12 @@ def make_plan(
     cpu: CpuBudget,
     env: Mapping[str, str],
     memory: MemoryBudget | None = None,
+    toolchain: Toolchain | None = None,
 ) -> Plan:
     """The plan for this host; device-dependent errors raise ``ConfigError``.
 
-    ``memory`` is the container's memory limit (None: not read, as for ``host``).
+    ``memory`` is the container's memory limit (None: not read, as for ``host``);
+    ``toolchain`` what XLA needs on a CUDA build under ``XLA_JIT`` (None: nothing).
     """
     plan = Plan(
         soft_placement=settings.soft_placement,
@@ -234,7 +238,18 @@ def make_plan(
         _plan_no_gpu(plan, settings, gpu_count)
     _plan_threads(plan, settings, cpu, env)
     _plan_host_memory(plan, settings, cpu, env, memory or MemoryBudget(None, ""))
+    if toolchain is not None:
+        _plan_toolchain(plan, toolchain)
     return plan
+
+
+def _plan_toolchain(plan: Plan, toolchain: Toolchain) -> None:
+    if toolchain.xla_flags is not None:
+        plan.environ["XLA_FLAGS"] = toolchain.xla_flags
+    if toolchain.decision:
+        plan.decide("xla_toolchain", toolchain.decision)
+    if toolchain.warning:
+        plan.warnings.append(toolchain.warning)
 
 
 def _check_mig(plan: Plan, settings: Settings, env: Mapping[str, str]) -> None:

@@ -240,18 +240,20 @@ class Settings:
         return self.memory_limit_per_gpu.get(gpu_index, self.memory_limit_mb)
 
 
-def parse_variable(env: Mapping[str, str], name: str) -> Any:
-    """One contract variable from ``env`` through its own parser; its default when unset."""
-    variable = next(v for v in CONTRACT if v.name == name)
+def _read(variables: tuple[Variable, ...], env: Mapping[str, str], name: str) -> Any:
+    variable = next(v for v in variables if v.name == name)
     value = nonblank(env, name)
     return variable.default if value is None else variable.parse(name, value)
+
+
+def parse_variable(env: Mapping[str, str], name: str) -> Any:
+    """One contract variable from ``env`` through its own parser; its default when unset."""
+    return _read(CONTRACT, env, name)
 
 
 def read_control(env: Mapping[str, str], name: str) -> Any:
     """Parse one of tfboot's own control variables (``TFBOOT_*``) from ``env``."""
-    variable = next(v for v in CONTROL if v.name == name)
-    value = nonblank(env, name)
-    return variable.default if value is None else variable.parse(name, value)
+    return _read(CONTROL, env, name)
 
 
 def disabled(env: Mapping[str, str] | None = None) -> bool:

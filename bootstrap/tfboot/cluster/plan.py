@@ -15,12 +15,10 @@ from ..values import rows
 from .engines import Identity, identify
 from .variables import ClusterSettings
 
-REPLICA_TYPES = ("chief", "worker")
+REPLICA_TYPES = ("chief", "worker")  # the tasks that hold MultiWorkerMirroredStrategy replicas
 # Linux's limit for one environment string (MAX_ARG_STRLEN), "TF_CONFIG=" and its NUL
 # included: a longer TF_CONFIG makes every later exec of the process fail with E2BIG.
-MAX_TF_CONFIG_BYTES = (
-    128 * 1024 - len("TF_CONFIG=") - 1
-)  # the tasks that hold MultiWorkerMirroredStrategy replicas
+MAX_TF_CONFIG_BYTES = 128 * 1024 - len("TF_CONFIG=") - 1
 PROXIES = ("grpc_proxy", "https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY")
 NO_PROXIES = ("no_grpc_proxy", "no_proxy", "NO_PROXY")
 
