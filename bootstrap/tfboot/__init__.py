@@ -20,7 +20,7 @@ import sys
 __version__ = "0.1.0"
 __all__ = ["ConfigError", "Settings", "apply", "last_result", "resolve", "uninstall"]
 
-WATCHED = ("tensorflow", "keras", "tf_keras")
+WATCHED = ("tensorflow", "keras", "tf_keras", "jax", "torch")
 _LAZY = {
     "ConfigError": "errors",
     "Settings": "settings",

@@ -16,6 +16,15 @@ import sys
 
 # Callback: a callable taking the module object, returning None.
 
+# Per thread: the watched modules whose code is running now, outermost first (a framework
+# imported while another is importing came along with it).
+_state = _thread._local()
+
+
+def importing() -> tuple[str, ...]:
+    """The watched modules being imported in this thread, outermost first."""
+    return tuple(getattr(_state, "stack", ()))
+
 
 class _HookLoader:
     """Delegates to the real loader, running the callbacks around ``exec_module``."""
@@ -36,9 +45,16 @@ class _HookLoader:
         module.__loader__ = self._loader
         if getattr(module, "__spec__", None) is not None:
             module.__spec__.loader = self._loader
-        if self._before is not None:
-            self._before(module)
-        self._loader.exec_module(module)
+        stack = getattr(_state, "stack", None)
+        if stack is None:
+            stack = _state.stack = []
+        stack.append(module.__name__)
+        try:
+            if self._before is not None:
+                self._before(module)
+            self._loader.exec_module(module)
+        finally:
+            stack.pop()
         if self._after is not None:
             self._after(sys.modules.get(module.__name__, module))
 

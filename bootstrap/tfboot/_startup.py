@@ -1,12 +1,12 @@
-"""Start-up: register the TensorFlow and Keras import hooks.
+"""Start-up: register the TensorFlow, Keras, JAX and PyTorch import hooks.
 
 ``tfboot.pth`` (``tfboot.start`` on Python 3.15+) imports the ``tfboot`` package at
-interpreter start, which puts a trampoline on ``sys.meta_path``; the first time
-``tensorflow`` or ``keras`` is imported, the trampoline calls ``activate``, which installs
-the real hooks and hands the import to them. Unless the kill switch is on, it registers
-callbacks and returns: nothing is parsed and TensorFlow is not imported here. It never
-raises: a failure here must not fail the user's import; it imports only what ``site`` has
-already loaded.
+interpreter start, which puts a trampoline on ``sys.meta_path``; the first time a watched
+framework (``tensorflow``, ``keras``, ``jax``, ``torch``) is imported, the trampoline calls
+``activate``, which installs the real hooks and hands the import to them. Unless the kill
+switch is on, it registers callbacks and returns: nothing is parsed and no framework is
+imported here. It never raises: a failure here must not fail the user's import; it imports
+only what ``site`` has already loaded.
 """
 
 import os
@@ -23,6 +23,10 @@ def install() -> bool:
             _hook.when_imported("tensorflow", before=_validate, after=_configure)
             for name in ("keras", "tf_keras"):
                 _hook.when_imported(name, after=_configure_keras)
+            for name in ("jax", "torch"):
+                _hook.when_imported(
+                    name, before=_framework("before", name), after=_framework("after", name)
+                )
         return True
     except BaseException as exc:
         if os.environ.get("TFBOOT_LOG", "").strip().lower() == "debug":
@@ -69,6 +73,17 @@ def _configure(module: "object") -> None:
     from .apply import apply
 
     apply(module)
+
+
+def _framework(when: str, name: str) -> "object":
+    """The hook for JAX or PyTorch: ``frameworks.apply``'s ``before_<name>``/``after_<name>``."""
+
+    def hook(module: "object") -> None:
+        from .frameworks import apply
+
+        getattr(apply, f"{when}_{name}")(module)
+
+    return hook
 
 
 def _configure_keras(module: "object") -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from . import report
 from .cpu import cpu_budget
 from .errors import ConfigError, Problem
+from .frameworks.roles import tensorflow_is_loader
 from .hostmem import memory_budget
 from .nccl import readiness, why_needed
 from .plan import Call, Device, Logical, Plan, keras_plan, make_plan, needs_devices
@@ -61,15 +62,10 @@ def validate(env: Mapping[str, str] | None = None) -> None:
     _validated = (dict(env), settings)
 
 
-def _settings(env: Mapping[str, str], keep: bool = False) -> Settings:
-    """The settings ``validate`` resolved for this environment, else resolved now.
-
-    ``keep``: leave them for TensorFlow's configuration (Keras loaded during its import).
-    """
+def _settings(env: Mapping[str, str]) -> Settings:
+    """The settings ``validate`` resolved for this environment, else resolved now."""
     global _validated
-    validated = _validated
-    if not keep:
-        _validated = None
+    validated, _validated = _validated, None
     if validated is not None and validated[0] == env:
         return validated[1]
     return resolve(env)
@@ -108,15 +104,17 @@ def apply(tf: ModuleType | None = None, env: Mapping[str, str] | None = None) ->
 
 def _configure(tf: ModuleType, env: Mapping[str, str]) -> Result:
     settings = _settings(env)
+    loader = None if settings.loader_gpu else tensorflow_is_loader(env)
     # Listing devices initialises the GPU driver: only when a setting depends on them.
-    gpus = tf.config.list_physical_devices("GPU") if needs_devices(settings) else []
+    listed = loader is None and needs_devices(settings)
+    gpus = tf.config.list_physical_devices("GPU") if listed else []
     memory = memory_budget(env) if settings.host_memory == "auto" else None
     toolchain = None
     if settings.xla_jit and tf.test.is_built_with_cuda():
         from .xla import pip_toolchain, plan_toolchain
 
         toolchain = plan_toolchain(os.environ, pip_toolchain())
-    plan = make_plan(settings, len(gpus), cpu_budget(env), env, memory, toolchain)
+    plan = make_plan(settings, len(gpus), cpu_budget(env), env, memory, toolchain, loader)
     cluster = _cluster(
         settings, env, replicas=plan.local_replicas(len(gpus)), cpu_split=plan.cpu_logical
     )
@@ -216,13 +214,16 @@ def apply_keras(keras: ModuleType, env: Mapping[str, str] | None = None) -> str 
         return None
     configured = _result.plan if _result is not None else None
     try:
-        settings = _result.settings if _result and _result.settings else _settings(env, True)
+        settings = (
+            _result.settings if _result and _result.settings else resolve(env, ("MIXED_PRECISION",))
+        )
     except ConfigError as exc:
         if _result is not None or "tensorflow" in sys.modules:
             return None  # the TensorFlow hook reports it (TF's import may load Keras first)
+        error = ConfigError(exc.problems, "Keras")
         if read_control(env, ON_ERROR) == "raise":
-            raise
-        report.emit("warning", f"invalid configuration, Keras keeps its defaults: {exc}")
+            raise error from None
+        report.emit("warning", f"invalid configuration, Keras keeps its defaults: {error}")
         return None
     policy = None
     for call in (configured or keras_plan(settings)).keras_calls:

@@ -29,18 +29,22 @@ class Problem:
 class ConfigError(ValueError):
     """Invalid tfboot configuration. ``problems`` lists every invalid input found."""
 
-    def __init__(self, problems: list[Problem] | Problem | str) -> None:
+    def __init__(self, problems: list[Problem] | Problem | str, framework: str = "") -> None:
         if isinstance(problems, str):
             problems = [Problem("", None, problems)]
         elif isinstance(problems, Problem):
             problems = [problems]
         self.problems: list[Problem] = list(problems)
+        self.framework = framework  # the framework whose import it fails, when not TensorFlow
         super().__init__(self._message())
 
     def _message(self) -> str:
         if len(self.problems) == 1:
-            return str(self.problems[0])
-        lines = [f"{len(self.problems)} problems in the tfboot configuration:"]
+            return (
+                f"{self.framework}: {self.problems[0]}" if self.framework else str(self.problems[0])
+            )
+        whose = f" for {self.framework}" if self.framework else ""
+        lines = [f"{len(self.problems)} problems in the tfboot configuration{whose}:"]
         lines += [f"  - {p}" for p in self.problems]
         return "\n".join(lines)
 

@@ -209,11 +209,13 @@ def make_plan(
     env: Mapping[str, str],
     memory: MemoryBudget | None = None,
     toolchain: Toolchain | None = None,
+    loader: str | None = None,
 ) -> Plan:
     """The plan for this host; device-dependent errors raise ``ConfigError``.
 
     ``memory`` is the container's memory limit (None: not read, as for ``host``);
-    ``toolchain`` what XLA needs on a CUDA build under ``XLA_JIT`` (None: nothing).
+    ``toolchain`` what XLA needs on a CUDA build under ``XLA_JIT`` (None: nothing);
+    ``loader`` why TensorFlow is another framework's data loader (it then sees no GPU).
     """
     plan = Plan(
         soft_placement=settings.soft_placement,
@@ -230,11 +232,15 @@ def make_plan(
     ):
         if getattr(plan, attr) is not None:
             plan.decide(attr, given_text(settings, name))
-    _check_mig(plan, settings, env)
     visible = settings.visible_gpu
-    if gpu_count and visible != ():
+    if loader is not None:
+        plan.visible_gpus = ()
+        plan.decide("visible_gpus", f"no GPU: {loader} (LOADER_GPU=true gives it the GPUs)")
+    elif gpu_count and visible != ():
+        _check_mig(plan, settings, env)
         _plan_gpus(plan, settings, gpu_count, env)
     else:
+        _check_mig(plan, settings, env)
         _plan_no_gpu(plan, settings, gpu_count)
     _plan_threads(plan, settings, cpu, env)
     _plan_host_memory(plan, settings, cpu, env, memory or MemoryBudget(None, ""))
@@ -398,25 +404,41 @@ def _logical_sizes(
     return (cap,) if cap is not None else ()
 
 
-def _plan_threads(plan: Plan, settings: Settings, cpu: CpuBudget, env: Mapping[str, str]) -> None:
+@dataclass(frozen=True)
+class Threads:
+    """The pool size ``CPU_THREADS`` gives, and why; ``count`` None: the framework's default."""
+
+    count: int | None
+    why: str = ""
+    warnings: tuple[str, ...] = ()
+
+
+def thread_budget(settings: Settings, cpu: CpuBudget, framework: str = "TensorFlow") -> Threads:
+    """Threads per pool from ``CPU_THREADS``: a count, the quota rounded up, or none."""
     choice = settings.cpu_threads
     if cpu.problem and choice == "auto":
-        plan.warnings.append(f"{cpu.problem}; TensorFlow's default threads are used")
-    if choice == "host":
-        return
+        return Threads(None, warnings=(f"{cpu.problem}; {framework}'s default threads are used",))
     if isinstance(choice, int):
-        threads, why = choice, given_text(settings, "CPU_THREADS")
-        if choice > cpu.affinity:
-            plan.warnings.append(
-                f"{why} is more threads per pool than the {cpu.affinity} CPUs this process "
-                "may run on"
-            )
-    elif cpu.threads is not None:
-        threads = cpu.threads
-        why = f"CPU_THREADS=auto: quota {cpu.quota:g} CPUs from {cpu.quota_source}, rounded up"
-        if cpu.threads < (cpu.quota or 0):
-            why += f", within {cpu.affinity} schedulable CPUs"
-    else:
+        why = given_text(settings, "CPU_THREADS")
+        over = (
+            (f"{why} is more threads per pool than the {cpu.affinity} CPUs this process may "
+             "run on",)
+            if choice > cpu.affinity
+            else ()
+        )  # fmt: skip
+        return Threads(choice, why, over)
+    if choice == "host" or cpu.threads is None:
+        return Threads(None)
+    why = f"CPU_THREADS=auto: quota {cpu.quota:g} CPUs from {cpu.quota_source}, rounded up"
+    if cpu.threads < (cpu.quota or 0):
+        why += f", within {cpu.affinity} schedulable CPUs"
+    return Threads(cpu.threads, why)
+
+
+def _plan_threads(plan: Plan, settings: Settings, cpu: CpuBudget, env: Mapping[str, str]) -> None:
+    budget = thread_budget(settings, cpu)
+    plan.warnings += budget.warnings
+    if budget.count is None:
         return
     for attr, variable, pool in (
         ("intra_op_threads", INTRA_ENV, "intra-op"),
@@ -425,8 +447,8 @@ def _plan_threads(plan: Plan, settings: Settings, cpu: CpuBudget, env: Mapping[s
         if env.get(variable, "").strip():
             plan.decisions.append(f"{pool} threads left to {variable}={env[variable]} (explicit)")
         else:
-            setattr(plan, attr, threads)
-            plan.decide(attr, f"{pool} threads {threads} ({why})")
+            setattr(plan, attr, budget.count)
+            plan.decide(attr, f"{pool} threads {budget.count} ({budget.why})")
 
 
 @dataclass(frozen=True)

@@ -59,3 +59,15 @@ def log_result(result: Result, level: str) -> None:
         emit("info", "configured TensorFlow: " + "; ".join(result.plan.decisions))
     if result.cluster is not None:
         emit("info", result.cluster.line())
+
+
+def log_framework(
+    framework: str, decisions: list[str], warnings: list[str], calls: list[str]
+) -> None:
+    """JAX's or PyTorch's lines: its warnings, its calls (debug), what it got and why."""
+    for warning in warnings:
+        emit("warning", f"{framework}: {warning}")
+    for call in calls:
+        emit("debug", call)
+    if decisions:
+        emit("info", f"configured {framework}: " + "; ".join(decisions))

@@ -8,7 +8,7 @@ value is collected, then raised together as one ``ConfigError``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -185,6 +185,7 @@ CONTRACT: tuple[Variable, ...] = (
     Variable("MIXED_PRECISION", _choice(*PRECISION_POLICIES), " | ".join(PRECISION_POLICIES), None),
     Variable("REQUIRE_GPU", parse_bool, "bool", False),
     Variable("DISTRIBUTED", _choice(*MODES), " | ".join(MODES), "off"),
+    Variable("LOADER_GPU", parse_bool, "bool", False),
 )
 CONTROL: tuple[Variable, ...] = (
     Variable(DISABLE, parse_bool, "bool", False),
@@ -225,6 +226,7 @@ class Settings:
     mixed_precision: str | None = None
     require_gpu: bool = False
     distributed: str = "off"
+    loader_gpu: bool = False  # TensorFlow beside JAX or PyTorch keeps the GPUs
     control: Control = field(default_factory=Control)
     # The DIST_* variables, parsed when DISTRIBUTED is not off; None under off.
     cluster: ClusterSettings | None = None
@@ -314,11 +316,13 @@ def _control(env: Mapping[str, str], problems: list[Problem]) -> Control:
     return Control(values[DISABLE], values[ENV_FILE], values[ON_ERROR], values[LOG])
 
 
-def resolve(env: Mapping[str, str] | None = None) -> Settings:
-    """Validate the whole contract in one pass; raise one ``ConfigError`` listing every problem.
+def resolve(env: Mapping[str, str] | None = None, names: Collection[str] | None = None) -> Settings:
+    """Validate the contract in one pass; raise one ``ConfigError`` listing every problem.
 
-    The ``TFBOOT_ENV_FILE`` file is read once; under ``DISTRIBUTED`` other than ``off`` the
-    cluster variables are parsed too (``Settings.cluster``).
+    ``names``: the contract variables to read, None for all (JAX and PyTorch read those
+    they apply or refuse; the others keep their defaults and are not checked). The
+    ``TFBOOT_ENV_FILE`` file is read once; with every variable read and ``DISTRIBUTED``
+    other than ``off`` the cluster variables are parsed too (``Settings.cluster``).
     """
     env = os.environ if env is None else env
     problems: list[Problem] = []
@@ -327,7 +331,9 @@ def resolve(env: Mapping[str, str] | None = None) -> Settings:
         layered = _layer(env, control.env_file)
     except ConfigError as exc:
         raise ConfigError(problems + exc.problems) from None
-    given = {k: v for k, v in layered.values.items() if k in CONTRACT_NAMES}
+    given = {
+        k: v for k, v in layered.values.items() if k in (CONTRACT_NAMES if names is None else names)
+    }
 
     values: dict[str, Any] = {}
     for variable in CONTRACT:
@@ -362,7 +368,7 @@ def resolve(env: Mapping[str, str] | None = None) -> Settings:
             )
 
     cluster = None
-    if values["DISTRIBUTED"] != "off":
+    if values["DISTRIBUTED"] != "off" and names is None:
         from .cluster.variables import read_cluster
 
         try:
@@ -386,6 +392,7 @@ def resolve(env: Mapping[str, str] | None = None) -> Settings:
         mixed_precision=values["MIXED_PRECISION"],
         require_gpu=values["REQUIRE_GPU"],
         distributed=values["DISTRIBUTED"],
+        loader_gpu=values["LOADER_GPU"],
         control=control,
         cluster=cluster,
         given=given,
