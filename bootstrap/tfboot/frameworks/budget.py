@@ -70,21 +70,30 @@ class FrameworkPlan:
         else:
             self.decisions.append(f"{given_text(settings, name)} not applied: {why}")
 
-    def setenv(self, env: Mapping[str, str], name: str, value: str, variable: str) -> bool:
+    def setenv(
+        self, env: Mapping[str, str], name: str, value: str, settings: Settings, variable: str
+    ) -> bool:
         """Set ``name`` for the framework unless the process already set it otherwise."""
+        if not self.agrees(env, name, value, settings, variable):
+            return False
+        self.environ[name] = value
+        return True
+
+    def agrees(
+        self, env: Mapping[str, str], name: str, value: str, settings: Settings, variable: str
+    ) -> bool:
+        """False, with the problem recorded, when the process set ``name`` otherwise."""
         current = nonblank(env, name)
         if current is not None and current != value:
             self.problems.append(
                 Problem(
                     variable,
-                    None,
-                    f"{variable} asks {self.framework} for {name}={value}, but the process "
-                    f"sets {name}={shorten(current)}",
+                    settings.given[variable][0],
+                    f"it contradicts {name}={shorten(current)}, which {self.framework} reads",
                     "set only one of them",
                 )
             )
             return False
-        self.environ[name] = value
         return True
 
     def check(self) -> None:

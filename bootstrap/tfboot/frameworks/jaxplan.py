@@ -61,13 +61,13 @@ def plan_jax(
         _plan_gpus(plan, settings, totals, env, narrowed)
     else:
         no_gpu(plan, settings, gpu_count)
-        if gpu_count and plan.setenv(env, PLATFORMS_ENV, "cpu", "VISIBLE_GPU"):  # none
+        if gpu_count and plan.setenv(env, PLATFORMS_ENV, "cpu", settings, "VISIBLE_GPU"):  # none
             plan.decisions.append(
                 f"no GPU: {PLATFORMS_ENV}=cpu ({given_text(settings, 'VISIBLE_GPU')})"
             )
         split = settings.virtual_split
         count = len(split) if isinstance(split, tuple) else split
-        if count > 1 and plan.setenv(env, CPU_DEVICES_ENV, str(count), "VIRTUAL_SPLIT"):
+        if count > 1 and plan.setenv(env, CPU_DEVICES_ENV, str(count), settings, "VIRTUAL_SPLIT"):
             why = given_text(settings, "VIRTUAL_SPLIT")
             plan.decisions.append(f"{count} CPU devices via {CPU_DEVICES_ENV} ({why}, no GPU)")
     threads = plan_threads(plan, settings, cpu)
@@ -115,7 +115,7 @@ def _plan_gpus(
     visible = check_visible(settings, FRAMEWORK, len(totals))
     if visible is not None and not narrowed:
         listed = ",".join(map(str, visible))
-        if plan.setenv(env, VISIBLE_ENV, listed, "VISIBLE_GPU"):
+        if plan.setenv(env, VISIBLE_ENV, listed, settings, "VISIBLE_GPU"):
             why = given_text(settings, "VISIBLE_GPU")
             plan.decisions.append(f"GPUs {list(visible)} visible via {VISIBLE_ENV} ({why})")
     elif visible is not None:
@@ -136,7 +136,7 @@ def _plan_gpus(
         _plan_cap(plan, settings, min(c for c in caps if c is not None), max(totals), env)
     growth = settings.memory_growth
     if growth is not None and plan.setenv(
-        env, PREALLOCATE_ENV, str(not growth).lower(), "MEMORY_GROWTH"
+        env, PREALLOCATE_ENV, str(not growth).lower(), settings, "MEMORY_GROWTH"
     ):
         how = "grows on demand" if growth else "preallocated"
         plan.decisions.append(
@@ -158,19 +158,10 @@ def _plan_cap(
                 verdict=ON_THIS_HOST,
             )
         )
-    own = nonblank(env, OLD_FRACTION_ENV)
-    if own is not None:
-        plan.problems.append(
-            Problem(
-                "MEMORY_LIMIT_MB",
-                None,
-                f"MEMORY_LIMIT_MB asks JAX for a cap, but the process sets {OLD_FRACTION_ENV}",
-                "set only one of them",
-            )
-        )
-        return
     fraction = fraction_text(cap, total)
-    if not plan.setenv(env, FRACTION_ENV, fraction, "MEMORY_LIMIT_MB"):
+    if not plan.agrees(env, OLD_FRACTION_ENV, fraction, settings, "MEMORY_LIMIT_MB"):
+        return
+    if not plan.setenv(env, FRACTION_ENV, fraction, settings, "MEMORY_LIMIT_MB"):
         return
     plan.decisions.append(
         f"memory capped at {FRACTION_ENV}={fraction} of {total_mib} MiB "

@@ -1,0 +1,209 @@
+"""JAX's and PyTorch's plans: settings plus the GPUs NVML lists -> each framework's knobs (pure)."""
+
+from __future__ import annotations
+
+import pytest
+from tfboot import ConfigError, resolve
+from tfboot.cpu import CpuBudget
+from tfboot.frameworks.budget import CUDA_VISIBLE_BASE, FRAMEWORK_NAMES, cuda_devices
+from tfboot.frameworks.jaxplan import fraction_text, plan_jax
+from tfboot.frameworks.roles import Role
+from tfboot.frameworks.torchplan import plan_torch
+
+NO_QUOTA = CpuBudget(affinity=8, quota=None, quota_source="")
+QUOTA = CpuBudget(affinity=8, quota=1.5, quota_source="/sys/fs/cgroup/cpu.max")
+MODEL = Role(True, "")
+CAME_ALONG = Role(False, "came along with TensorFlow's import")
+GIB = 1 << 30
+H100 = 80 * GIB  # NVML's total for an 80 GB H100 is a little less; any size will do
+
+
+def jax(env: dict[str, str], gpus: int = 0, role: Role = MODEL, cpu: CpuBudget = NO_QUOTA):
+    return plan_jax(resolve(env, FRAMEWORK_NAMES), (H100,) * gpus, cpu, env, role)
+
+
+def torch(env: dict[str, str], gpus: int = 0, role: Role = MODEL, cpu: CpuBudget = NO_QUOTA):
+    devices = cuda_devices(env, gpus)[0]
+    return plan_torch(resolve(env, FRAMEWORK_NAMES), devices, cpu, env, role)
+
+
+def refused(make, env: dict[str, str], gpus: int = 0) -> str:
+    with pytest.raises(ConfigError) as info:
+        make(env, gpus)
+    return str(info.value)
+
+
+class TestJax:
+    def test_nothing_set_sets_nothing(self) -> None:
+        plan = jax({}, gpus=2)
+        assert plan.environ == {} and plan.decisions == [] and plan.threads is None
+
+    def test_cap_is_a_fraction_rounded_down(self) -> None:
+        plan = jax({"MEMORY_LIMIT_MB": "6144"}, gpus=1)
+        assert plan.environ == {"XLA_CLIENT_MEM_FRACTION": "0.075000"}
+        assert "XLA_CLIENT_MEM_FRACTION=0.075000 of 81920 MiB" in plan.decisions[0]
+
+    @pytest.mark.parametrize("cap", [1, 1000, 6144, 40000, 81919, 81920])
+    def test_the_fraction_never_passes_the_cap(self, cap: int) -> None:
+        total = 81559 * (1 << 20)  # an odd total, as NVML reports
+        if cap > total >> 20:
+            return
+        fraction = float(fraction_text(cap, total))
+        assert int(fraction * total) <= cap << 20
+        assert (cap << 20) - int(fraction * total) <= total // 10**6 + 1
+
+    def test_cap_over_the_gpu_is_refused_not_clamped(self) -> None:
+        text = refused(jax, {"MEMORY_LIMIT_MB": "90000"}, gpus=1)
+        assert "MEMORY_LIMIT_MB='90000'" in text and "more than the 81920 MiB" in text
+
+    def test_growth_is_preallocation_off(self) -> None:
+        assert jax({"MEMORY_GROWTH": "true"}, 1).environ == {
+            "XLA_PYTHON_CLIENT_PREALLOCATE": "false"
+        }
+        assert jax({"MEMORY_GROWTH": "off"}, 1).environ == {"XLA_PYTHON_CLIENT_PREALLOCATE": "true"}
+
+    def test_visible_gpus_are_jax_s_own(self) -> None:
+        plan = jax({"VISIBLE_GPU": "1,3"}, gpus=4)
+        assert plan.environ == {"JAX_CUDA_VISIBLE_DEVICES": "1,3"}
+
+    def test_visible_index_out_of_range(self) -> None:
+        text = refused(jax, {"VISIBLE_GPU": "2"}, gpus=2)
+        assert "index 2 does not exist: JAX will list 2 GPU(s)" in text
+
+    def test_none_is_the_cpu_platform(self) -> None:
+        assert jax({"VISIBLE_GPU": "none"}, gpus=2).environ == {"JAX_PLATFORMS": "cpu"}
+
+    def test_require_gpu_forbids_the_cpu_fallback(self) -> None:
+        assert jax({"REQUIRE_GPU": "true"}, gpus=1).environ == {"JAX_PLATFORMS": "cuda"}
+        text = refused(jax, {"REQUIRE_GPU": "true"}, gpus=0)
+        assert "REQUIRE_GPU='true'" in text and "JAX finds no GPU" in text
+
+    def test_split_on_cpu_is_the_cpu_device_count(self) -> None:
+        assert jax({"VIRTUAL_SPLIT": "4"}).environ == {"JAX_NUM_CPU_DEVICES": "4"}
+        assert jax({"VIRTUAL_SPLIT": "512,512"}).environ == {"JAX_NUM_CPU_DEVICES": "2"}
+
+    def test_split_on_gpus_is_refused(self) -> None:
+        text = refused(jax, {"VIRTUAL_SPLIT": "2", "MEMORY_LIMIT_MB": "4096"}, gpus=1)
+        assert text.startswith("VIRTUAL_SPLIT='2' cannot be applied: JAX has no logical GPUs")
+
+    def test_gpu_settings_on_a_cpu_host_warn(self) -> None:
+        plan = jax({"MEMORY_LIMIT_MB": "4096"})
+        assert plan.environ == {}
+        assert plan.warnings == [
+            "no GPU found, running on CPU; not applied: MEMORY_LIMIT_MB=4096 (env)"
+        ]
+
+    def test_threads_from_the_quota(self) -> None:
+        plan = jax({}, cpu=QUOTA)
+        assert plan.threads == 2 and "quota 1.5 CPUs" in plan.decisions[0]
+
+    @pytest.mark.parametrize(
+        ("name", "value", "why"),
+        [
+            ("SOFT_PLACEMENT", "true", "soft placement is TensorFlow's"),
+            ("LOG_DEVICE_PLACEMENT", "false", "JAX_LOG_COMPILES"),
+            ("XLA_JIT", "false", "JAX always compiles with XLA"),
+            ("DISTRIBUTED", "k8s", "jax.distributed.initialize()"),
+        ],
+    )
+    def test_tensorflow_only_variables_are_refused_by_name(
+        self, name: str, value: str, why: str
+    ) -> None:
+        text = refused(jax, {name: value})
+        assert text.startswith(f"{name}='{value}' cannot be applied") and why in text
+
+    def test_xla_jit_true_is_what_jax_does(self) -> None:
+        assert jax({"XLA_JIT": "true"}).decisions == [
+            "XLA JIT: always on in JAX (XLA_JIT=true (env))"
+        ]
+
+    def test_came_along_it_is_not_refused(self) -> None:
+        plan = jax({"SOFT_PLACEMENT": "true", "DISTRIBUTED": "k8s"}, role=CAME_ALONG)
+        assert any("not applied" in d for d in plan.decisions)
+
+    def test_an_explicit_jax_variable_that_disagrees_is_an_error(self) -> None:
+        text = refused(jax, {"MEMORY_GROWTH": "true", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, 1)
+        assert "contradicts XLA_PYTHON_CLIENT_PREALLOCATE='true'" in text and "set only one of them" in text
+        text = refused(jax, {"MEMORY_LIMIT_MB": "100", "XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}, 1)
+        assert "XLA_PYTHON_CLIENT_MEM_FRACTION" in text
+
+    def test_platform_allocator_warns_that_the_cap_does_not_hold(self) -> None:
+        plan = jax({"MEMORY_LIMIT_MB": "100", "XLA_PYTHON_CLIENT_ALLOCATOR": "platform"}, 1)
+        assert "the cap does not hold" in plan.warnings[0]
+
+
+class TestTorch:
+    def test_nothing_set_sets_nothing(self) -> None:
+        plan = torch({}, gpus=2)
+        assert plan.environ == {} and plan.threads is None and not plan.gpu_caps_mib
+
+    def test_visible_narrows_cuda_visible_devices_and_keeps_the_base(self) -> None:
+        plan = torch({"VISIBLE_GPU": "1", "CUDA_VISIBLE_DEVICES": "4,5,6"}, gpus=8)
+        assert plan.environ == {"CUDA_VISIBLE_DEVICES": "5", CUDA_VISIBLE_BASE: "4,5,6"}
+
+    def test_a_child_counts_from_the_same_base(self) -> None:
+        child = {"VISIBLE_GPU": "1", "CUDA_VISIBLE_DEVICES": "5", CUDA_VISIBLE_BASE: "4,5,6"}
+        assert torch(child, gpus=8).environ["CUDA_VISIBLE_DEVICES"] == "5"
+        unset = {"VISIBLE_GPU": "0,2", "CUDA_VISIBLE_DEVICES": "0,2", CUDA_VISIBLE_BASE: "-"}
+        assert torch(unset, gpus=3).environ["CUDA_VISIBLE_DEVICES"] == "0,2"
+
+    def test_cuda_stops_at_the_first_device_it_cannot_use(self) -> None:
+        assert cuda_devices({"CUDA_VISIBLE_DEVICES": "1,7,0"}, 2) == (["1"], False)
+        assert cuda_devices({"CUDA_VISIBLE_DEVICES": "GPU-ab,GPU-cd"}, 2)[0] == ["GPU-ab", "GPU-cd"]
+        assert cuda_devices({"CUDA_VISIBLE_DEVICES": "-1"}, 2)[0] == []
+
+    def test_caps_per_device_ordinal(self) -> None:
+        plan = torch({"MEMORY_LIMIT_MB": "6144", "VISIBLE_GPU": "0,2"}, gpus=3)
+        assert plan.gpu_caps_mib == {0: 6144, 1: 6144}
+
+    def test_plugin_caps_follow_the_physical_gpu(self) -> None:
+        env = {
+            "MEMORY_LIMIT_MB": "auto",
+            "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m",
+            "CUDA_DEVICE_MEMORY_LIMIT_1": "1536m",
+            "VISIBLE_GPU": "1",
+        }
+        # GPU 1's cap (HAMi's share less its reserve) becomes cuda:0's, as CUDA renumbers.
+        assert torch(env, gpus=2).gpu_caps_mib == {0: resolve(env).caps_mb(1)} == {0: 1024}
+
+    def test_growth_true_is_what_pytorch_does(self) -> None:
+        plan = torch({"MEMORY_GROWTH": "true"}, gpus=1)
+        assert plan.environ == {} and "caching allocator always does" in plan.decisions[0]
+
+    @pytest.mark.parametrize(
+        ("name", "value", "why"),
+        [
+            ("MEMORY_GROWTH", "false", "cannot preallocate"),
+            ("VIRTUAL_SPLIT", "2", "no logical devices"),
+            ("VIRTUAL_SPLIT", "1024,1024", "no logical devices"),
+            ("SOFT_PLACEMENT", "true", "where its tensors are"),
+            ("LOG_DEVICE_PLACEMENT", "true", "PyTorch has none"),
+            ("XLA_JIT", "true", "torch.compile"),
+            ("DISTRIBUTED", "slurm", "torchrun"),
+        ],
+    )
+    def test_what_pytorch_cannot_apply_is_refused(self, name: str, value: str, why: str) -> None:
+        text = refused(torch, {name: value}, gpus=1)
+        assert text.startswith(f"{name}='{value}' cannot be applied") and why in text
+
+    def test_threads_both_pools(self) -> None:
+        plan = torch({"CPU_THREADS": "3"})
+        assert (plan.threads, plan.interop_threads) == (3, 3)
+
+    def test_omp_num_threads_wins_for_the_intra_op_pool(self) -> None:
+        plan = torch({"OMP_NUM_THREADS": "5"}, cpu=QUOTA)
+        assert (plan.threads, plan.interop_threads) == (None, 2)
+        assert "left to OMP_NUM_THREADS=5" in plan.decisions[0]
+
+    def test_none_hides_every_gpu(self) -> None:
+        plan = torch({"VISIBLE_GPU": "none"}, gpus=2)
+        assert plan.environ["CUDA_VISIBLE_DEVICES"] == ""
+
+    def test_require_gpu_without_one(self) -> None:
+        assert "PyTorch finds no GPU" in refused(torch, {"REQUIRE_GPU": "1"})
+
+
+def test_each_framework_reads_only_its_own_variables() -> None:
+    # HOST_MEMORY_LIMIT_MB is tf.data's and MIXED_PRECISION Keras's: not JAX's business.
+    env = {"HOST_MEMORY_LIMIT_MB": "lots", "MIXED_PRECISION": "fp8", "LOADER_GPU": "maybe"}
+    assert jax(env).environ == {} and torch(env).environ == {}
