@@ -123,7 +123,10 @@ class TestJax:
 
     def test_an_explicit_jax_variable_that_disagrees_is_an_error(self) -> None:
         text = refused(jax, {"MEMORY_GROWTH": "true", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}, 1)
-        assert "contradicts XLA_PYTHON_CLIENT_PREALLOCATE='true'" in text and "set only one of them" in text
+        assert (
+            "contradicts XLA_PYTHON_CLIENT_PREALLOCATE='true'" in text
+            and "set only one of them" in text
+        )
         text = refused(jax, {"MEMORY_LIMIT_MB": "100", "XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}, 1)
         assert "XLA_PYTHON_CLIENT_MEM_FRACTION" in text
 
