@@ -75,17 +75,24 @@ def _settings(module: str, env: Mapping[str, str]) -> Settings | None:
 
 
 def _failed(module: str, env: Mapping[str, str], exc: ConfigError) -> None:
-    """Fail the framework's import, naming it; under ``TFBOOT_ON_ERROR=warn`` warn once."""
+    """Fail the framework's import, naming it; under ``TFBOOT_ON_ERROR=warn`` warn once.
+
+    A framework that came along with another never fails that import: the framework that
+    runs the model reports the problem, and this one's is a debug line.
+    """
     framework = NAMES[module]
     error = ConfigError(exc.problems, framework)
     try:
-        mode = read_control(env, ON_ERROR)
+        mode = "raise" if role(module, env).runs_model else "debug"
+        mode = read_control(env, ON_ERROR) if mode == "raise" else mode
     except ConfigError:
         mode = "raise"
     if mode == "raise":
         raise error from None
     if module not in _results:
-        report.emit("warning", f"invalid configuration, {framework} keeps its defaults: {error}")
+        if mode == "warn" or _level(env) == "debug":
+            kind = "warning" if mode == "warn" else "debug"
+            report.emit(kind, f"invalid configuration, {framework} keeps its defaults: {error}")
         _results[module] = FrameworkResult(framework, error=str(error))
     return None
 
@@ -291,14 +298,19 @@ def _cap_at_cuda_start(torch: ModuleType, caps: dict[int, int], given: str) -> N
     torch.cuda._lazy_call(cap_memory)
 
 
+def _level(env: Mapping[str, str]) -> str:
+    """``TFBOOT_LOG``; an invalid value (reported with the settings) counts as info."""
+    try:
+        return str(read_control(env, LOG))
+    except ConfigError:
+        return "info"
+
+
 def _log(result: FrameworkResult) -> None:
     plan = result.plan
     if plan is None:
         return
-    try:
-        level = read_control(os.environ, LOG)
-    except ConfigError:
-        level = "info"
+    level = _level(os.environ)
     if level == "quiet" or (level == "info" and not plan.role.runs_model):
         return  # a framework that came along is logged under debug only
     report.log_framework(
