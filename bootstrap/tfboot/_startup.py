@@ -54,6 +54,15 @@ def _remove_trampoline() -> None:
     sys.meta_path[:] = [f for f in sys.meta_path if f is not sys.modules.get("tfboot")]
 
 
+def without_tensorflow_hook() -> None:
+    """The hooks, less TensorFlow's (``doctor`` applies to TensorFlow itself, catching errors)."""
+    _remove_trampoline()
+    if install():
+        from . import _hook
+
+        _hook.finder().hooks.pop("tensorflow", None)
+
+
 def uninstall() -> None:
     """Remove tfboot's import hooks from this process (the undo of automatic start-up)."""
     import sys

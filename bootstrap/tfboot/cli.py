@@ -181,10 +181,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import collect, render
 
-    report = collect(verify=args.verify)
+    report = collect(verify=args.verify, frameworks=args.framework or ["tensorflow"])
     print(json.dumps(report) if args.json else render(report))
     failed = any(not check["ok"] for check in report.get("verify", []))
-    return 1 if report.get("error") or failed else 0
+    refused = any(s.get("error") for s in report["frameworks"].values())
+    return 1 if report.get("error") or failed or refused else 0
 
 
 def _gpu_list(value: str) -> tuple[int, ...] | None:
@@ -279,6 +280,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--verify",
         action="store_true",
         help="fill each capped logical GPU up to its cap and check the next allocation fails",
+    )
+    doctor.add_argument(
+        "--framework",
+        action="append",
+        choices=("tensorflow", "jax", "torch"),
+        help="import this framework and report what it got (repeatable; default tensorflow); "
+        "JAX and PyTorch are imported first, as Keras on them would",
     )
     doctor.set_defaults(func=cmd_doctor)
 

@@ -8,6 +8,7 @@ devices and reads memory info. It never calls ``device_lib.list_local_devices`` 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from .apply import apply, last_result
@@ -40,11 +41,19 @@ def _threads(tf: Any, getter: str, variable: str, schedulable: int) -> dict[str,
     return {"threads": schedulable, "source": "TensorFlow default (schedulable CPUs)"}
 
 
-def collect(verify: bool = False) -> dict[str, Any]:
-    """Everything the doctor reports, as one JSON-ready dict."""
-    from . import uninstall
+def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -> dict[str, Any]:
+    """Everything the doctor reports, as one JSON-ready dict.
 
-    uninstall()  # apply below, catching errors, instead of failing inside the import
+    ``frameworks``: what to import (JAX and PyTorch first, as Keras on them would); every
+    JAX or PyTorch in the process then gets a section under ``frameworks``.
+    """
+    from ._startup import without_tensorflow_hook
+    from .frameworks import doctor
+
+    errors = doctor.import_frameworks([f for f in frameworks if f != "tensorflow"])
+    if "tensorflow" not in frameworks:
+        return {"frameworks": doctor.collect(errors)}
+    without_tensorflow_hook()  # apply below, catching errors, instead of failing in the import
     import tensorflow as tf
 
     error = None
@@ -116,11 +125,16 @@ def collect(verify: bool = False) -> dict[str, Any]:
         from .verify import verify_gpus
 
         report["verify"] = verify_gpus(tf, caps)
+    report["frameworks"] = doctor.collect(errors)
     return report
 
 
 def render(report: dict[str, Any]) -> str:
     """The report as text for a person."""
+    from .frameworks.doctor import render as render_frameworks
+
+    if "tensorflow_version" not in report:
+        return "\n".join(["tfboot doctor", *render_frameworks(report["frameworks"])])
     lines = [f"tfboot doctor (TensorFlow {report['tensorflow_version']})"]
     if report.get("disabled"):
         lines.append("  TFBOOT_DISABLE is on: nothing was applied")
@@ -177,4 +191,5 @@ def render(report: dict[str, Any]) -> str:
     if cluster:
         lines += [cluster["line"], f"TF_CONFIG: {cluster['tf_config'] or 'not set by tfboot'}"]
     lines += [f"warning: {w}" for w in report.get("warnings", [])]
+    lines += render_frameworks(report.get("frameworks", {}))
     return "\n".join(lines)
