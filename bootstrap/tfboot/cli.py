@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from . import __version__
@@ -242,11 +243,22 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         print(render.row_line(result), flush=True)
 
     options = Options(args.gpu, args.cap_mb, args.timeout, args.only or Options.rows)
+    rows: Any = run
+    if args.framework != "tensorflow":
+        from .selftest import frameworks
+
+        if args.only:
+            print("tfboot selftest: error: --only names TensorFlow's rows", file=sys.stderr)
+            return 2
+        rows = partial(frameworks.run, args.framework)
     if args.json:
-        report = run(options)
+        report = rows(options)
         print(json.dumps(report.to_dict()))
     else:
-        report = run(options, on_start, on_row)
+        report = rows(options, on_start, on_row)
+        if not report.gpus:
+            for result in report.rows:
+                print(render.row_line(result))
         print(render.summary(report))
     return report.exit_status
 
@@ -329,6 +341,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_row_names,
         metavar="ROW[,ROW]",
         help="run only these rows, such as memory_limit,virtual_split (default: all)",
+    )
+    selftest.add_argument(
+        "--framework",
+        choices=("tensorflow", "jax", "torch"),
+        default="tensorflow",
+        help="whose rows: TensorFlow's (default), or JAX's or PyTorch's visibility, cap "
+        "and growth rows",
     )
     selftest.set_defaults(func=cmd_selftest)
 

@@ -27,10 +27,11 @@ class _Memory(ctypes.Structure):
 
 @dataclass(frozen=True)
 class Inventory:
-    """Every GPU NVML lists, in its order: total memory in bytes."""
+    """Every GPU NVML lists, in its order: total and used memory in bytes."""
 
     totals: tuple[int, ...] = ()
     problem: str = ""  # NVML is there but failed; said in a warning
+    used: tuple[int, ...] = ()
 
     @property
     def count(self) -> int:
@@ -59,7 +60,7 @@ def _read(nvml: ctypes.CDLL) -> Inventory:
     try:
         count = ctypes.c_uint()
         check("nvmlDeviceGetCount_v2", nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)))
-        totals = []
+        totals, used = [], []
         for index in range(count.value):
             handle = ctypes.c_void_p()
             check(
@@ -72,6 +73,7 @@ def _read(nvml: ctypes.CDLL) -> Inventory:
                 nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)),
             )
             totals.append(memory.total)
-        return Inventory(tuple(totals))
+            used.append(memory.used)
+        return Inventory(tuple(totals), used=tuple(used))
     finally:
         nvml.nvmlShutdown()

@@ -13,7 +13,8 @@ def header(report: Report) -> str:
     nccl = report.nccl
     memlock = nccl.get("memlock_mib")
     lines = [
-        f"tfboot selftest: TensorFlow {report.tensorflow}; {len(report.gpus)} GPU(s): {gpus}; "
+        f"tfboot selftest: {report.framework} {report.tensorflow}; "
+        f"{len(report.gpus)} GPU(s): {gpus}; "
         f"testing GPU {', '.join(map(str, report.tested))} with a {report.cap_mb} MiB cap",
         f"NCCL: /dev/shm {nccl.get('shm_mib')} MiB, memlock "
         + (f"{memlock} MiB" if isinstance(memlock, int) else str(memlock))
@@ -38,8 +39,8 @@ def summary(report: Report) -> str:
         return f"tfboot selftest: error: {report.error}"
     if not report.gpus:
         return (
-            f"tfboot selftest: no GPU: TensorFlow {report.tensorflow} lists no GPU on this node "
-            f"(exit status {NO_GPU})"
+            f"tfboot selftest: no GPU: {report.framework} {report.tensorflow} lists no GPU on "
+            f"this node (exit status {NO_GPU})"
         )
     counts = {s: sum(r.status == s for r in report.rows) for s in ("PASS", "FAIL", "SKIP")}
     seconds = sum(r.seconds for r in report.rows)

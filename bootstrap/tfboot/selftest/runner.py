@@ -53,6 +53,7 @@ class Report:
     error_status: int = 1  # 2 when the options did not fit this node
     nccl: dict[str, Any] = field(default_factory=dict)  # /dev/shm and memlock, measured
     mig: list[str] = field(default_factory=list)  # MIG instances the environment names
+    framework: str = "TensorFlow"  # whose rows (``tensorflow`` holds that framework's version)
 
     @property
     def exit_status(self) -> int:
@@ -65,7 +66,9 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         counts = {s.lower(): sum(r.status == s for r in self.rows) for s in (PASS, FAIL, SKIP)}
         return {
-            "tensorflow": self.tensorflow,
+            "tensorflow": self.tensorflow if self.framework == "TensorFlow" else None,
+            "framework": self.framework,
+            "version": self.tensorflow,
             "gpus": self.gpus,
             "tested_gpus": self.tested,
             "cap_mb": self.cap_mb,
@@ -90,10 +93,14 @@ def child_env(row_env: Mapping[str, str], base: Mapping[str, str] | None = None)
 
 
 def run_child(
-    measurement: str, args: Sequence[str], row_env: Mapping[str, str], timeout: float
+    measurement: str,
+    args: Sequence[str],
+    row_env: Mapping[str, str],
+    timeout: float,
+    child: str = "tfboot.selftest.child",
 ) -> tuple[dict[str, Any], tflog.TfLog, float]:
     """Run one measurement in a fresh interpreter; its JSON result, its log, seconds taken."""
-    cmd = [sys.executable, "-m", "tfboot.selftest.child", measurement, *args]
+    cmd = [sys.executable, "-m", child, measurement, *args]
     start = time.monotonic()
     try:
         proc = subprocess.run(
