@@ -55,12 +55,15 @@ def _remove_trampoline() -> None:
 
 
 def without_tensorflow_hook() -> None:
-    """The hooks, less TensorFlow's (``doctor`` applies to TensorFlow itself, catching errors)."""
+    """The hooks, with none run for TensorFlow (``doctor`` applies it itself, catching errors).
+
+    TensorFlow's import is still watched, so what it brings in is known to have come along.
+    """
     _remove_trampoline()
     if install():
         from . import _hook
 
-        _hook.finder().hooks.pop("tensorflow", None)
+        _hook.finder().hooks["tensorflow"] = (None, None)
 
 
 def uninstall() -> None:

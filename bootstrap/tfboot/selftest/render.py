@@ -16,10 +16,13 @@ def header(report: Report) -> str:
         f"tfboot selftest: {report.framework} {report.tensorflow}; "
         f"{len(report.gpus)} GPU(s): {gpus}; "
         f"testing GPU {', '.join(map(str, report.tested))} with a {report.cap_mb} MiB cap",
-        f"NCCL: /dev/shm {nccl.get('shm_mib')} MiB, memlock "
-        + (f"{memlock} MiB" if isinstance(memlock, int) else str(memlock))
-        + (f" ({nccl['needed']})" if nccl.get("needed") else " (one GPU: NCCL not needed)"),
     ]
+    if nccl:  # measured for TensorFlow's rows
+        lines.append(
+            f"NCCL: /dev/shm {nccl.get('shm_mib')} MiB, memlock "
+            + (f"{memlock} MiB" if isinstance(memlock, int) else str(memlock))
+            + (f" ({nccl['needed']})" if nccl.get("needed") else " (one GPU: NCCL not needed)")
+        )
     lines += [f"warning: {w}" for w in nccl.get("warnings", [])]
     if report.mig:
         lines.append(

@@ -1,0 +1,42 @@
+/* A stand-in for the driver's libnvidia-ml, which no machine without an NVIDIA driver has.
+   It lists the GPUs named in FAKE_NVML_MIB ("total:used,total:used", MiB); unset, nvmlInit
+   fails as the real library does without a driver. Only the calls tfboot makes exist. */
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef struct { unsigned long long total, free, used; } memory_t;
+static unsigned long long totals[64], used[64];
+static unsigned count;
+
+int nvmlInit_v2(void) {
+    const char *spec = getenv("FAKE_NVML_MIB");
+    if (spec == NULL) return 1; /* NVML_ERROR_UNINITIALIZED */
+    count = 0;
+    while (*spec && count < 64) {
+        char *end;
+        totals[count] = strtoull(spec, &end, 10) << 20;
+        used[count] = (*end == ':') ? strtoull(end + 1, &end, 10) << 20 : 0;
+        count++;
+        spec = (*end == ',') ? end + 1 : end;
+        if (*end != ',' ) break;
+    }
+    return 0;
+}
+
+int nvmlShutdown(void) { return 0; }
+
+int nvmlDeviceGetCount_v2(unsigned *found) { *found = count; return 0; }
+
+int nvmlDeviceGetHandleByIndex_v2(unsigned index, void **handle) {
+    if (index >= count) return 2; /* NVML_ERROR_INVALID_ARGUMENT */
+    *handle = (void *)(uintptr_t)(index + 1);
+    return 0;
+}
+
+int nvmlDeviceGetMemoryInfo(void *handle, memory_t *memory) {
+    unsigned index = (unsigned)(uintptr_t)handle - 1;
+    memory->total = totals[index];
+    memory->used = used[index];
+    memory->free = totals[index] - used[index];
+    return 0;
+}

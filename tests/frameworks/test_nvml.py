@@ -1,0 +1,47 @@
+"""Reading the GPUs from NVML without CUDA, against a stand-in library.
+
+No NVIDIA driver exists on the machines the suite runs on, so ``fake_nvml/nvml.c`` stands in
+for ``libnvidia-ml`` (a fake, named as such): it answers the five calls tfboot makes. The real
+library is read on a GPU node by ``tfboot selftest --framework jax|torch`` (docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from support import unavailable
+from tfboot.frameworks.nvml import LIBRARY_ENV, read_inventory
+
+SOURCE = Path(__file__).parent / "fake_nvml" / "nvml.c"
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory: pytest.TempPathFactory) -> str:
+    if shutil.which("gcc") is None:
+        unavailable("gcc is needed to build the NVML stand-in")
+    built = tmp_path_factory.mktemp("nvml") / "libnvidia-ml-fake.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(built), str(SOURCE)], check=True)
+    return str(built)
+
+
+def test_totals_and_used_in_nvml_s_order(library: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_NVML_MIB", "81559:500,40960:0")  # read by the library itself
+    found = read_inventory({LIBRARY_ENV: library})
+    assert found.totals == (81559 << 20, 40960 << 20) and found.used == (500 << 20, 0)
+    assert found.count == 2 and found.problem == ""
+
+
+def test_a_driver_that_fails_to_start_is_a_problem_not_a_crash(
+    library: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("FAKE_NVML_MIB", raising=False)
+    found = read_inventory({LIBRARY_ENV: library})
+    assert found.count == 0 and "nvmlInit_v2 returned NVML status 1" in found.problem
+
+
+def test_no_library_means_no_gpu(tmp_path: Path) -> None:
+    found = read_inventory({LIBRARY_ENV: str(tmp_path / "absent.so")})
+    assert found.count == 0 and found.problem == ""
