@@ -52,10 +52,10 @@ PTH_CANDIDATES = {
 }
 
 
-def instructions(python: str, env: dict[str, str]) -> int:
-    """Instructions of `python -c pass`, counted by callgrind."""
+def instructions(python: str, env: dict[str, str], code: str = "pass") -> int:
+    """Instructions of `python -c CODE`, counted by callgrind."""
     run = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python, "-c", "pass"],
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", python, "-c", code],
         env={**env, "PYTHONHASHSEED": "0"},
         capture_output=True,
         text=True,
@@ -79,6 +79,33 @@ def count_candidates(root: Path, twin: str, env: dict[str, str]) -> None:
     print(f"python {sys.version.split()[0]}; instructions of `python -c pass`")
     for label, line, count in rows:
         print(f"{label:<14} {count / 1e6:>8.3f} M  {count / base - 1:>+7.2%}  {line or ''}")
+    count_watched(root / purelib.relative_to(sys.prefix) / "tfboot" / "__init__.py", twin, env)
+
+
+# The modules the trampoline watched before JAX and PyTorch joined.
+EARLIER_WATCHED = 'WATCHED = ("tensorflow", "keras", "tf_keras")'
+# Code whose every import passes through the trampoline: about a hundred modules.
+MANY_IMPORTS = "import asyncio, email.parser, http.client, json, logging"
+
+
+def count_watched(init: Path, twin: str, env: dict[str, str]) -> None:
+    """The trampoline with this release's watched names and with the earlier three."""
+    release = init.read_text()
+    earlier = re.sub(r"^WATCHED = \(.*\)$", EARLIER_WATCHED, release, flags=re.M)
+    counts = {}
+    for label, text in (("earlier names", earlier), ("this release", release)):
+        init.unlink()  # never write through a hard link
+        init.write_text(text)
+        # Its bytecode, written once (PYTHONDONTWRITEBYTECODE would make every run compile).
+        writing = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        subprocess.run([twin, "-c", "pass"], env=writing, check=True)
+        counts[label] = [instructions(twin, env, code) for code in ("pass", MANY_IMPORTS)]
+    print("the trampoline's watched names; instructions of `python -c pass` and of "
+          f"`python -c '{MANY_IMPORTS}'`")  # fmt: skip
+    (pass_a, many_a), (pass_b, many_b) = counts.values()
+    for label, (one, many) in counts.items():
+        print(f"{label:<14} {one / 1e6:>8.3f} M  {many / 1e6:>8.3f} M")
+    print(f"{'difference':<14} {pass_b / pass_a - 1:>+8.3%}  {many_b / many_a - 1:>+8.3%}")
 
 
 def clean_env(extra: dict[str, str]) -> dict[str, str]:
