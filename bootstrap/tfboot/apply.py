@@ -135,11 +135,13 @@ def _configure(tf: ModuleType, env: Mapping[str, str]) -> Result:
     config = cluster.identity.config if cluster is not None else None
     warnings += readiness(why_needed(visible, config.size if config is not None else 0)).warnings
     if cluster is not None and cluster.peers:
-        from .cluster.watcher import watch
+        from .cluster.watcher import TERM_GRACE_S, watch
 
         timeout = cluster.settings.startup_timeout
         quiet = settings.control.log == "quiet"
-        if watch(cluster.peers, timeout, quiet=quiet) is not None:
+        grace = cluster.settings.term_grace or TERM_GRACE_S
+        names = cluster.identity.config.names if cluster.identity.config else {}
+        if watch(cluster.peers, timeout, quiet=quiet, names=names, grace=grace) is not None:
             calls.append(f"peer watcher started for {len(cluster.peers)} peer(s)")
     return Result(settings=settings, plan=plan, calls=calls, warnings=warnings, cluster=cluster)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from support import run_python
 from test_multiworker import free_ports
@@ -116,3 +118,53 @@ child.kill()
 """
     result = run_python(code, timeout=60)
     assert "watching True" in result.stdout, result.stderr[-2000:]
+
+
+TERM = """
+import os, signal, socket, sys, time
+from tfboot.cluster.watcher import watch
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as TensorFlow, waiting on its peers
+server = socket.create_server(("localhost", {port}))
+child = watch(["localhost:{port}"], None, quiet=False, names={{"localhost:{port}": "worker 2"}},
+              grace={grace})
+time.sleep(2)  # the peer answered: the watcher stays beside the worker
+server.close()  # the peer is lost
+print(child.pid, flush=True)
+sys.setswitchinterval(30)  # the interpreter lock held, as in TensorFlow's C++
+while True:
+    pass
+"""
+
+
+def test_sigterm_ends_a_worker_that_ignores_it_and_names_the_lost_peer() -> None:
+    """Slurm signals every process of the step: the worker ignores SIGTERM, the watcher acts."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from support import scenario_env
+
+    (port,) = free_ports(1)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", TERM.format(port=port, grace=2)],
+        env=scenario_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdout is not None
+    watcher = int(worker.stdout.readline())
+    time.sleep(0.5)
+    start = time.monotonic()
+    for pid in (worker.pid, watcher):  # what srun --kill-on-bad-exit does to the step
+        os.kill(pid, signal.SIGTERM)
+    worker.wait(timeout=30)
+    took = time.monotonic() - start
+    lines = [x for x in worker.stderr.read().splitlines() if x.startswith("tfboot:")]
+    assert worker.returncode == -signal.SIGKILL and took < 2 + 3, (took, lines)
+    assert lines[-2] == (
+        f"tfboot: warning: cluster: SIGTERM: this task is being ended; peers no longer "
+        f"answering: worker 2 at localhost:{port} (refused)"
+    ), lines
+    assert "still runs 2 s after SIGTERM" in lines[-1] and "killing it (SIGKILL" in lines[-1]

@@ -13,6 +13,7 @@ NAMES = (
     "DIST_PORT",
     "DIST_REPLICAS_PER_WORKER",
     "DIST_STARTUP_TIMEOUT",
+    "DIST_TERM_GRACE",
 )
 MODES = ("off", "auto", "k8s", "slurm")
 # TensorFlow's task types, in the order Slurm ranks fill them.

@@ -6,10 +6,13 @@ Kubernetes: the cluster's shape is ``DIST_TASKS``, the addresses ``DIST_HOSTS`` 
 under a JobSet, the Downward-API label ``jobset.sigs.k8s.io/replicatedjob-name``) and
 ``DIST_TASK_INDEX`` (default ``JOB_COMPLETION_INDEX``).
 
-Slurm: the hosts are ``SLURM_STEP_NODELIST`` in Slurm's order and the ranks follow block
-distribution (``SLURM_STEP_TASKS_PER_NODE``). Ranks fill the types of ``DIST_TASKS``
-(default: every rank a worker) in the order chief, worker, ps, evaluator. A task's port is
-``DIST_PORT`` (default 8888) plus its rank on its node, so tasks sharing a node differ.
+Slurm: the hosts are ``SLURM_STEP_NODELIST`` in Slurm's order and the ranks follow the
+step's distribution over ``SLURM_STEP_TASKS_PER_NODE``: block (the default), or cyclic and
+plane as ``SLURM_DISTRIBUTION`` says (every rank sees it, so every rank builds the same
+cluster, or refuses it alike). Ranks fill the types of ``DIST_TASKS`` (default: every
+rank a worker) in the order chief, worker, ps, evaluator. A task's port is ``DIST_PORT``
+(default 8888) plus its rank on its node, so tasks sharing a node differ. The batch script
+or allocation shell of a job (no ``SLURM_STEP_NODELIST``) is no task: single node.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError, Problem
 from ..values import digits, nonblank
 from . import TASK_TYPES
-from .hostlist import block_layout, expand_counts, expand_hosts
+from .hostlist import block_layout, expand_counts, expand_hosts, plane_layout
 from .tfconfig import VARIABLE, TfConfig, check
 from .variables import ClusterSettings
 
@@ -59,9 +62,19 @@ def identify(mode: str, cluster: ClusterSettings, env: Mapping[str, str]) -> Ide
     if engine == "tf_config":
         config = check(env[VARIABLE])
         return Identity(engine, config, sources=dict.fromkeys(("type", "index", "hosts"), VARIABLE))
+    if engine == "slurm" and outside_step(env):
+        why = f"the batch script or allocation of Slurm job {env['SLURM_JOB_ID']}, outside srun"
+        return Identity("single", sources={"single": why})
     if engine in ("k8s", "slurm"):
         return _built(engine, cluster, env)
     return Identity(engine)
+
+
+def outside_step(env: Mapping[str, str]) -> bool:
+    """A Slurm job's batch script or ``salloc`` shell: a job, but no step (no srun)."""
+    return (
+        nonblank(env, "SLURM_JOB_ID") is not None and nonblank(env, "SLURM_STEP_NODELIST") is None
+    )
 
 
 def _built(mode: str, cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
@@ -189,6 +202,44 @@ def _slurm_int(env: Mapping[str, str], name: str, problems: list[Problem]) -> in
     return number
 
 
+DISTRIBUTIONS = "block (the default), cyclic or plane"
+
+
+def _distribution(env: Mapping[str, str], problems: list[Problem]) -> tuple[str, int]:
+    """The step's node distribution from ``SLURM_DISTRIBUTION``, as (name, plane size).
+
+    Only the first level counts (``cyclic:block`` places tasks on nodes cyclically); a
+    ``,Pack`` or ``,NoPack`` option changes nothing once the counts per node are known.
+    """
+    raw = nonblank(env, "SLURM_DISTRIBUTION")
+    if raw is None:
+        return "block", 0
+    level = raw.split(":")[0].split(",")[0].strip().lower()
+    if level in ("block", "*", ""):
+        return "block", 0
+    if level == "cyclic":
+        return "cyclic", 1
+    size = digits(nonblank(env, "SLURM_DIST_PLANESIZE") or "")
+    if level.startswith("plane") and size:
+        return "plane", size
+    why = (
+        "plane without SLURM_DIST_PLANESIZE"
+        if level.startswith("plane")
+        else "arbitrary places ranks from a host file tfboot does not see"
+        if level == "arbitrary"
+        else "an unknown distribution"
+    )
+    problems.append(
+        Problem(
+            "SLURM_DISTRIBUTION",
+            raw,
+            f"expected {DISTRIBUTIONS}: {why}",
+            "run srun with --distribution=block (the default), cyclic or plane=N",
+        )
+    )
+    return "block", 0
+
+
 def _slurm_layout(env: Mapping[str, str], problems: list[Problem]) -> list[tuple[str, int]]:
     layout: list[tuple[str, int]] = []
     names = ("SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
@@ -214,7 +265,8 @@ def _slurm_layout(env: Mapping[str, str], problems: list[Problem]) -> list[tuple
             )
         )
         return layout
-    return block_layout(hosts, counts)
+    name, plane = _distribution(env, problems)
+    return block_layout(hosts, counts) if name == "block" else plane_layout(hosts, counts, plane)
 
 
 def _slurm(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
@@ -252,7 +304,7 @@ def _slurm(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
                 f"the step has {total} task(s), ranks 0 to {total - 1}",
             )
         )
-    _check_node(env, layout, rank)
+    _check_node(env, layout, rank, _distribution(env, [])[0])
     base = cluster.port or SLURM_PORT
     _check_ports(cluster, base, max(local for _, local in layout) + 1)
     counts = dict(tasks)
@@ -270,6 +322,7 @@ def _slurm(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
         "tasks": cluster.source("DIST_TASKS") if cluster.tasks else "SLURM_STEP_TASKS_PER_NODE",
         "hosts": "SLURM_STEP_NODELIST",
         "port": f"{port_source} + rank on node {layout[rank][1]}",
+        "distribution": _distribution(env, [])[0],
     }
     return Identity("slurm", _checked(addresses, kind, index), build=True, sources=sources)
 
@@ -289,17 +342,28 @@ def _check_ports(cluster: ClusterSettings, base: int, per_node: int) -> None:
     )
 
 
-def _check_node(env: Mapping[str, str], layout: list[tuple[str, int]], rank: int) -> None:
+def _check_node(
+    env: Mapping[str, str], layout: list[tuple[str, int]], rank: int, distribution: str
+) -> None:
+    """The node and local rank Slurm gave this task must be the ones the layout says."""
     host, local = layout[rank]
+    how = (
+        f"SLURM_DISTRIBUTION={env['SLURM_DISTRIBUTION']}"
+        if distribution != "block"
+        else ("no SLURM_DISTRIBUTION")
+    )
+    hint = "the node names differ from SLURM_STEP_NODELIST's, or srun placed the ranks " + (
+        f"otherwise than {distribution} distribution ({how})"
+    )
     node = nonblank(env, "SLURMD_NODENAME")
     if node is not None and node.strip() != host:
         raise ConfigError(
             Problem(
                 "SLURMD_NODENAME",
                 node,
-                f"rank {rank} runs here, but block distribution over SLURM_STEP_NODELIST "
-                f"puts it on {host}",
-                "run srun with --distribution=block (the default)",
+                f"rank {rank} runs here, but {distribution} distribution over "
+                f"SLURM_STEP_NODELIST puts it on {host}",
+                hint,
             )
         )
     local_id = nonblank(env, "SLURM_LOCALID")
@@ -308,8 +372,8 @@ def _check_node(env: Mapping[str, str], layout: list[tuple[str, int]], rank: int
             Problem(
                 "SLURM_LOCALID",
                 local_id,
-                f"block distribution gives rank {rank} local rank {local} on {host}",
-                "run srun with --distribution=block (the default)",
+                f"{distribution} distribution gives rank {rank} local rank {local} on {host}",
+                hint,
             )
         )
 

@@ -87,3 +87,20 @@ def block_layout(hosts: list[str], counts: list[int]) -> list[tuple[str, int]]:
     """(host, local rank) for each global rank under block distribution."""
     pairs = zip(hosts, counts, strict=False)
     return [(host, local) for host, count in pairs for local in range(count)]
+
+
+def plane_layout(hosts: list[str], counts: list[int], plane: int) -> list[tuple[str, int]]:
+    """(host, local rank) for each global rank when nodes take ``plane`` ranks in turn.
+
+    Slurm's ``cyclic`` is a plane of 1: rank 0 on the first node, rank 1 on the next, and so
+    on around the nodes, skipping those already full; a node's local ranks follow arrival.
+    """
+    left, taken = list(counts), [0] * len(counts)
+    layout: list[tuple[str, int]] = []
+    while any(left):
+        for node, host in enumerate(hosts):
+            for _ in range(min(plane, left[node])):
+                layout.append((host, taken[node]))
+                taken[node] += 1
+                left[node] -= 1
+    return layout

@@ -51,7 +51,8 @@ class ClusterPlan:
         """The one log line: task of N, peers, port, replicas per worker, with sources."""
         identity, config = self.identity, self.identity.config
         if config is None:
-            return "cluster: single node (DISTRIBUTED=auto found no engine); TF_CONFIG not set"
+            why = identity.sources.get("single", "DISTRIBUTED=auto found no engine")
+            return f"cluster: single node ({why}); TF_CONFIG not set"
         if not config.cluster:
             return "cluster: single node (TF_CONFIG names no cluster); nothing set"
         src = identity.sources
@@ -68,6 +69,8 @@ class ClusterPlan:
         ]
         if "tasks" in src:
             parts.append(f"tasks from {src['tasks']}")
+        if src.get("distribution", "block") != "block":
+            parts.append(f"ranks placed by {src['distribution']} distribution (SLURM_DISTRIBUTION)")
         parts.append(self._replicas_text())
         if self.settings.startup_timeout is not None:
             parts.append(f"startup timeout {self.settings.startup_timeout:g} s")

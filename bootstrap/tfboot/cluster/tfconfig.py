@@ -51,6 +51,13 @@ class TfConfig:
         return [a for a in servers if a != own]
 
     @property
+    def names(self) -> dict[str, str]:
+        """Each address -> the task it is, such as ``worker 2``."""
+        return {
+            a: f"{kind} {i}" for kind, group in self.cluster.items() for i, a in enumerate(group)
+        }
+
+    @property
     def size(self) -> int:
         return sum(len(a) for a in self.cluster.values())
 

@@ -33,6 +33,8 @@ MAX_REPLICAS = 4096  # 64 logical devices on each of 64 GPUs: more than any work
 REPLICAS_ACCEPTED = f"a count from 1 to {MAX_REPLICAS}"
 MAX_TIMEOUT_S = 7 * 24 * 3600  # a week: far past any wait for peers
 SECONDS_ACCEPTED = f"a number of seconds from 1 to {MAX_TIMEOUT_S} (a week) such as 600"
+MAX_GRACE_S = 3600  # an hour: longer than any preemption checkpoint should take
+GRACE_ACCEPTED = f"a number of seconds from 1 to {MAX_GRACE_S} such as 5"
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class ClusterSettings:
     port: int | None = None
     replicas_per_worker: int | None = None
     startup_timeout: int | None = None
+    term_grace: int | None = None  # seconds a task may outlive SIGTERM; None: the default
     # variable -> (raw value, source) for every variable that was given
     given: dict[str, tuple[str, str]] = field(default_factory=dict)
 
@@ -177,6 +180,10 @@ def parse_seconds(name: str, value: str) -> int:
     return bounded(name, value, 1, MAX_TIMEOUT_S, "a number of seconds", "such as 600")
 
 
+def parse_grace(name: str, value: str) -> int:
+    return bounded(name, value, 1, MAX_GRACE_S, "a number of seconds", "such as 5")
+
+
 # variable -> (ClusterSettings field, parser, what is accepted, for a value named by its line)
 PARSERS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "DIST_TASKS": ("tasks", parse_tasks, TASKS_ACCEPTED[len("expected ") :]),
@@ -186,6 +193,7 @@ PARSERS: dict[str, tuple[str, Callable[[str, str], Any], str]] = {
     "DIST_PORT": ("port", parse_port, PORT_ACCEPTED),
     "DIST_REPLICAS_PER_WORKER": ("replicas_per_worker", parse_replicas, REPLICAS_ACCEPTED),
     "DIST_STARTUP_TIMEOUT": ("startup_timeout", parse_seconds, SECONDS_ACCEPTED),
+    "DIST_TERM_GRACE": ("term_grace", parse_grace, GRACE_ACCEPTED),
 }
 
 

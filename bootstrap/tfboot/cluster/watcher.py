@@ -25,6 +25,14 @@ than the timeout: every peer answered, or the child itself was killed (then with
 that peers are no longer watched). The child runs in a session of its own and ignores
 SIGINT, so a terminal's Ctrl-C does not end it behind the worker's back.
 
+The child stays until the worker ends. When it gets SIGTERM (``srun --kill-on-bad-exit``
+and ``scancel`` signal every process of the step, and TensorFlow ignores the signal while
+it waits on its peers), it names the peers that no longer answer (the lost task among
+them), and kills the worker with SIGKILL if it is still running ``DIST_TERM_GRACE``
+seconds later, so the step ends in seconds instead of Slurm's ``KillWait``. SIGUSR1 from
+the worker says the group formed (the worker's interpreter is free again): the child
+then stops waiting to name the cause of a timeout.
+
 The cancel runs in Python, so it needs the interpreter lock, which TensorFlow holds while
 it waits in C++. The watchdog therefore fires ``EXIT_MARGIN_S`` after the timeout: a group
 whose last peer answers just before the deadline is not ended while TensorFlow reconnects.
@@ -34,6 +42,7 @@ The window left: a peer answering that late whose TensorFlow still holds the loc
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -56,7 +65,10 @@ ANSWERED, TIMED_OUT = 0, 3  # the child's exit statuses
 MARKER = "TFBOOT_PEERS_WATCHED_BY"
 NO_ANSWER = "no answer yet"
 ANSWERED_LINE = b"answered\n"  # the child's word to the worker, on its stdout
-_keep: list[object] = []  # faulthandler's file, open as long as the watchdog may fire
+TERM_GRACE_S = 5  # DIST_TERM_GRACE's default
+_keep: list[object] = []  # faulthandler's file and the child, kept as long as the worker runs
+_terminated = threading.Event()  # the child got SIGTERM
+_formed = threading.Event()  # the worker said the group formed (SIGUSR1)
 
 
 def _emit(kind: str, text: str) -> None:
@@ -133,8 +145,17 @@ def wait_line(pending: dict[str, str], elapsed: float) -> str:
     return f"cluster: after {elapsed:.0f} s still waiting for {len(pending)} peer(s): {listed}"
 
 
-def run(parent: int, started: float, peers: list[str], timeout: float | None, quiet: bool) -> int:
+def run(
+    parent: int,
+    started: float,
+    peers: dict[str, str],
+    timeout: float | None,
+    quiet: bool,
+    grace: float = TERM_GRACE_S,
+) -> int:
     """The child's loop; returns ANSWERED (also when the worker is gone) or TIMED_OUT.
+
+    ``peers``: address -> the task it is ("worker 2"), for the lines.
 
     ``started`` is the worker's ``time.monotonic()`` when it started the child. Once every
     peer answered, the child says so on stdout (``ANSWERED_LINE``) and, with a timeout, stays
@@ -144,18 +165,22 @@ def run(parent: int, started: float, peers: list[str], timeout: float | None, qu
     """
     wake = threading.Event()
     probes = [PeerProbe(peer, wake) for peer in peers]
+    _signal_wakes(wake)
     deadline = float("inf") if timeout is None else started + timeout
     next_line = float("inf") if quiet else started + FIRST_LINE_S  # the next wait line's time
     printed = False
     while os.getppid() == parent:
         wake.clear()  # before looking: a probe ending from here on ends the wait below at once
+        if _terminated.is_set():
+            return _end(parent, peers, grace, quiet)
         now = time.monotonic()
         probes = [p for p in probes if not p.answered]
         if not probes:
             if printed:
                 done = f"cluster: all {len(peers)} peer(s) answered after {now - started:.0f} s"
                 _emit("info", done)
-            return _answered(parent, started, len(peers), timeout)
+            status = _answered(parent, started, len(peers), timeout)
+            return status if status == TIMED_OUT else _stay(parent, peers, grace, quiet)
         for p in probes:
             if p.due(now):
                 p.start(now)
@@ -180,7 +205,9 @@ def _answered(parent: int, started: float, count: int, timeout: float | None) ->
     if timeout is None:
         return ANSWERED
     while os.getppid() == parent and time.monotonic() < started + timeout:
-        time.sleep(min(PROBE_S, max(0.0, started + timeout - time.monotonic())))
+        if _formed.is_set() or _terminated.is_set():
+            return ANSWERED
+        _formed.wait(min(PROBE_S, max(0.0, started + timeout - time.monotonic())))
     if os.getppid() != parent:
         return ANSWERED
     _emit(
@@ -194,6 +221,66 @@ def _answered(parent: int, started: float, count: int, timeout: float | None) ->
     return TIMED_OUT
 
 
+def _signal_wakes(wake: threading.Event) -> None:
+    """SIGTERM and SIGUSR1 set their events and wake the loop (the child's main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers (the child's loop runs there)
+
+    def on(event: threading.Event) -> Any:
+        def handler(_signum: int, _frame: Any) -> None:
+            event.set()
+            wake.set()
+
+        return handler
+
+    signal.signal(signal.SIGTERM, on(_terminated))
+    signal.signal(signal.SIGUSR1, on(_formed))
+
+
+def _stay(parent: int, peers: dict[str, str], grace: float, quiet: bool) -> int:
+    """Every peer answered: stay beside the worker until it ends, ready for a SIGTERM."""
+    while os.getppid() == parent:
+        if _terminated.wait(PROBE_S):
+            return _end(parent, peers, grace, quiet)
+    return ANSWERED
+
+
+def _lost(peers: dict[str, str]) -> dict[str, str]:
+    """The peers that do not accept a connection now, probed at once, with why not."""
+    wake = threading.Event()
+    probes = [PeerProbe(peer, wake) for peer in peers]
+    now = time.monotonic()
+    for probe in probes:
+        probe.start(now)
+    deadline = now + CONNECT_TIMEOUT_S + 1
+    while time.monotonic() < deadline and any(p.stage for p in probes):
+        wake.wait(0.1)
+        wake.clear()
+    return {p.address: p.reason(time.monotonic()) for p in probes if not p.answered}
+
+
+def _end(parent: int, peers: dict[str, str], grace: float, quiet: bool) -> int:
+    """SIGTERM: name the peers that no longer answer; kill the worker if it outlives ``grace``."""
+    lost = _lost(peers)
+    listed = ", ".join(f"{peers[a] or a} at {a} ({why})" for a, why in lost.items())
+    if not quiet:
+        gone = f"; peers no longer answering: {listed}" if lost else "; every peer still answers"
+        _emit("warning", f"cluster: SIGTERM: this task is being ended{gone}")
+    end = time.monotonic() + grace
+    while os.getppid() == parent and time.monotonic() < end:
+        time.sleep(0.1)
+    if os.getppid() != parent:
+        return ANSWERED
+    _emit(
+        "error",
+        f"cluster: this task still runs {grace:g} s after SIGTERM (TensorFlow ignores it while "
+        "it waits on its peers): killing it (SIGKILL; DIST_TERM_GRACE sets the wait)",
+    )
+    with contextlib.suppress(OSError):  # it ended meanwhile
+        os.kill(parent, signal.SIGKILL)
+    return ANSWERED
+
+
 def _follow(child: subprocess.Popen[bytes], timeout: float | None, quiet: bool) -> None:
     """Once every peer answered, or the child ends without reaching the timeout, nothing may
     end the worker. Runs when the worker's interpreter is free: while TensorFlow holds it,
@@ -202,8 +289,9 @@ def _follow(child: subprocess.Popen[bytes], timeout: float | None, quiet: bool) 
     if child.stdout.readline() == ANSWERED_LINE:
         if timeout is not None:
             faulthandler.cancel_dump_traceback_later()
-        child.terminate()  # it waits only to name the cause of a timeout exit
-        child.wait()
+        # It waits only to name the cause of a timeout exit; it stays for a SIGTERM.
+        with contextlib.suppress(OSError):
+            child.send_signal(signal.SIGUSR1)
         return
     status = child.wait()
     if status == TIMED_OUT:
@@ -214,24 +302,33 @@ def _follow(child: subprocess.Popen[bytes], timeout: float | None, quiet: bool) 
         _emit("warning", f"cluster: peer watcher ended (status {status}); peers no longer watched")
 
 
-def watch(peers: list[str], timeout: float | None, quiet: bool) -> subprocess.Popen[bytes] | None:
+def watch(
+    peers: list[str],
+    timeout: float | None,
+    quiet: bool,
+    names: dict[str, str] | None = None,
+    grace: float = TERM_GRACE_S,
+) -> subprocess.Popen[bytes] | None:
     """Start the watcher child for ``peers``; with ``timeout``, arm the exit. Never blocks.
 
-    None, starting nothing, in a descendant of a process that watches them already. The
-    peers go to the child on its stdin, so their number never meets the argument limits.
+    ``names``: address -> the task it is, for the lines; ``grace``: how long the worker may
+    outlive a SIGTERM. None, starting nothing, in a descendant of a process that watches
+    them already. The peers go to the child on its stdin, so their number never meets the
+    argument limits.
     """
     if os.environ.get(MARKER, str(os.getpid())) != str(os.getpid()):
         return None
     started = time.monotonic()
     args = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()), repr(started)]
-    args += [str(timeout or 0), "quiet" if quiet else "info"]
+    args += [str(timeout or 0), "quiet" if quiet else "info", str(grace)]
     try:
         child = subprocess.Popen(  # its own session: a terminal's Ctrl-C reaches only the worker
             args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
         )
         assert child.stdin is not None
         with child.stdin:
-            child.stdin.write("\n".join(peers).encode())
+            named = names or {}
+            child.stdin.write("\n".join(f"{p} {named.get(p, '')}".strip() for p in peers).encode())
     except OSError as exc:  # no interpreter to run (an embedded Python): say so, go on
         if not quiet:
             _emit(
@@ -243,6 +340,7 @@ def watch(peers: list[str], timeout: float | None, quiet: bool) -> subprocess.Po
         sink = open(os.devnull, "w")  # noqa: SIM115 - held open while the watchdog is armed
         _keep.append(sink)
         faulthandler.dump_traceback_later(timeout + EXIT_MARGIN_S, exit=True, file=sink)
+    _keep.append(child)
     waiter = threading.Thread(
         target=_follow, args=(child, timeout, quiet), name="tfboot-peers", daemon=True
     )
@@ -252,7 +350,14 @@ def watch(peers: list[str], timeout: float | None, quiet: bool) -> subprocess.Po
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the worker decides on an interrupt
-    _parent, _started, _timeout, _level = sys.argv[1:]
-    _peers = sys.stdin.read().split()
-    _code = run(int(_parent), float(_started), _peers, float(_timeout) or None, _level == "quiet")
+    _parent, _started, _timeout, _level, _grace = sys.argv[1:]
+    _peers = dict([*line.split(" ", 1), ""][:2] for line in sys.stdin.read().splitlines())
+    _code = run(
+        int(_parent),
+        float(_started),
+        _peers,
+        float(_timeout) or None,
+        _level == "quiet",
+        float(_grace),
+    )
     sys.exit(_code)
