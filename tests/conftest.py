@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-SLOW_BY_NATURE = ("docker", "simgpu", "multiworker", "nightly")
+SLOW_BY_NATURE = ("docker", "simgpu", "multiworker", "nightly", "slurm")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,0 +1,191 @@
+"""tfboot under a real Slurm: sbatch and srun across nodes node9, node10 and node11.
+
+Every job is configured only by the variables. The weights of a small model trained with a
+custom loop under MultiWorkerMirroredStrategy must be identical across tasks and equal to
+one process trained on the same global batches (``tests/cluster/mw_train.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import Slurm
+from support import REPO, scenario_env
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm")]
+
+TRAIN = REPO / "tests" / "cluster" / "mw_train.py"
+KILLED = Path(__file__).with_name("train_until_killed.py")
+PYTHON = sys.executable
+BATCH = """#!/bin/bash
+#SBATCH --job-name=train
+#SBATCH --nodes=2
+#SBATCH --ntasks=3
+
+export DISTRIBUTED=slurm
+export DIST_REPLICAS_PER_WORKER=1    # GPUs per task x VIRTUAL_SPLIT
+export DIST_STARTUP_TIMEOUT=120      # exit, naming the missing peers
+export CPU_THREADS=auto              # thread pools from the task's CPUs
+unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY
+
+# TensorFlow in the batch step itself (outside srun): no task of the step, single node.
+{python} -c 'import tensorflow as tf; print("batch step", tf.__version__)'
+srun --distribution=block --kill-on-bad-exit=1 \\
+    --output={out}/task-%t.out --error={out}/task-%t.err {python} {train} multi
+"""
+
+
+@pytest.fixture(scope="module")
+def reference() -> list[float]:
+    single = subprocess.run(
+        [PYTHON, str(TRAIN), "single"],
+        env=scenario_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert single.returncode == 0, single.stderr
+    return json.loads(single.stdout.strip().splitlines()[-1])["weights"]
+
+
+def task_results(folder: Path, count: int) -> list[tuple[dict, str]]:
+    found = []
+    for rank in range(count):
+        out = (folder / f"task-{rank}.out").read_text()
+        err = (folder / f"task-{rank}.err").read_text()
+        found.append((json.loads(out.strip().splitlines()[-1]), err))
+    return found
+
+
+def assert_trained_alike(results: list[tuple[dict, str]], reference: list[float]) -> None:
+    weights = [r["weights"] for r, _ in results]
+    assert all(w == weights[0] for w in weights), weights
+    np.testing.assert_allclose(weights[0], reference, rtol=1e-5, atol=1e-6)
+    assert {r["replicas"] for r, _ in results} == {len(results)}
+
+
+def srun(
+    slurm: Slurm, folder: Path, options: list[str], extra: dict[str, str], script: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    command = ["srun", *options, f"--output={folder}/task-%t.out", f"--error={folder}/task-%t.err"]
+    return slurm.run([*command, PYTHON, str(script), *args], extra)
+
+
+def test_the_documented_sbatch_script_3_tasks_on_2_nodes(
+    slurm: Slurm, tmp_path: Path, reference: list[float]
+) -> None:
+    script = tmp_path / "train.sbatch"
+    script.write_text(BATCH.format(python=PYTHON, out=tmp_path, train=TRAIN))
+    done = slurm.run(["sbatch", "--wait", f"--output={tmp_path}/batch.out", str(script)])
+    batch = (tmp_path / "batch.out").read_text()
+    assert done.returncode == 0, batch
+    assert "batch step 2." in batch
+    job = re.search(r"Submitted batch job (\d+)", done.stdout).group(1)
+    assert (
+        f"cluster: single node (the batch script or allocation of Slurm job {job}, outside "
+        "srun); TF_CONFIG not set" in batch
+    )
+    results = task_results(tmp_path, 3)
+    assert_trained_alike(results, reference)
+    config = json.loads(results[0][0]["tf_config"])
+    assert config["cluster"] == {"worker": ["node9:8888", "node9:8889", "node10:8888"]}
+    assert "cluster: worker 2 of 3 (slurm; TF_CONFIG built" in results[2][1]
+
+
+def test_a_chief_and_two_workers(slurm: Slurm, tmp_path: Path, reference: list[float]) -> None:
+    extra = {
+        "DISTRIBUTED": "slurm",
+        "DIST_TASKS": "chief=1,worker=2",
+        "DIST_STARTUP_TIMEOUT": "120",
+    }
+    done = srun(slurm, tmp_path, ["-N2", "-n3", "--kill-on-bad-exit=1"], extra, TRAIN, "multi")
+    assert done.returncode == 0, done.stderr
+    results = task_results(tmp_path, 3)
+    assert_trained_alike(results, reference)
+    config = json.loads(results[0][0]["tf_config"])
+    assert config == {
+        "cluster": {"chief": ["node9:8888"], "worker": ["node9:8889", "node10:8888"]},
+        "task": {"type": "chief", "index": 0},
+    }
+
+
+def test_two_tasks_per_node_share_no_port_and_two_nodes_share_one(
+    slurm: Slurm, tmp_path: Path, reference: list[float]
+) -> None:
+    extra = {"DISTRIBUTED": "slurm", "DIST_STARTUP_TIMEOUT": "120"}
+    options = ["-N2", "--ntasks-per-node=2", "--kill-on-bad-exit=1"]
+    done = srun(slurm, tmp_path, options, extra, TRAIN, "multi")
+    assert done.returncode == 0, done.stderr
+    results = task_results(tmp_path, 4)
+    assert_trained_alike(results, reference)
+    workers = json.loads(results[0][0]["tf_config"])["cluster"]["worker"]
+    assert workers == ["node9:8888", "node9:8889", "node10:8888", "node10:8889"]
+
+
+def test_a_cyclic_distribution_is_built_as_srun_placed_it(
+    slurm: Slurm, tmp_path: Path, reference: list[float]
+) -> None:
+    extra = {"DISTRIBUTED": "slurm", "DIST_STARTUP_TIMEOUT": "120"}
+    options = ["-N2", "-n3", "--distribution=cyclic", "--kill-on-bad-exit=1"]
+    done = srun(slurm, tmp_path, options, extra, TRAIN, "multi")
+    assert done.returncode == 0, done.stderr
+    results = task_results(tmp_path, 3)
+    assert_trained_alike(results, reference)
+    workers = json.loads(results[1][0]["tf_config"])["cluster"]["worker"]
+    assert workers == ["node9:8888", "node10:8888", "node9:8889"]
+    assert "ranks placed by cyclic distribution (SLURM_DISTRIBUTION)" in results[1][1]
+
+
+def test_an_arbitrary_distribution_is_refused_by_every_rank(slurm: Slurm, tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("node10\nnode9\nnode10\n")
+    extra = {"DISTRIBUTED": "slurm", "SLURM_HOSTFILE": str(hosts)}
+    options = ["-n3", "--distribution=arbitrary"]
+    done = srun(slurm, tmp_path / "out", options, extra, TRAIN, "multi")
+    assert done.returncode != 0
+    last = {
+        (tmp_path / "out" / f"task-{rank}.err").read_text().strip().splitlines()[-1]
+        for rank in range(3)
+    }
+    assert last == {
+        "tfboot.ConfigError: SLURM_DISTRIBUTION='arbitrary' is invalid: expected block (the "
+        "default), cyclic or plane: arbitrary places ranks from a host file tfboot does not "
+        "see; run srun with --distribution=block (the default), cyclic or plane=N"
+    }
+
+
+GRACE_S = 3
+
+
+def run_until_killed(slurm: Slurm, folder: Path) -> tuple[float, list[str], str]:
+    """One step whose rank 2 is lost mid-training: seconds from the loss to the step's end."""
+    extra = {"DISTRIBUTED": "slurm", "DIST_TERM_GRACE": str(GRACE_S), "KILL_RANK": "2"}
+    done = srun(slurm, folder, ["-N2", "-n3", "--kill-on-bad-exit=1"], extra, KILLED)
+    ended = time.time()
+    lost_line = next(
+        line for line in (folder / "task-2.out").read_text().splitlines() if " lost at " in line
+    )
+    lost = float(lost_line.rsplit(" ", 1)[1])
+    errs = [(folder / f"task-{r}.err").read_text() for r in range(2)]
+    return ended - lost, errs, done.stderr
+
+
+def test_a_lost_task_ends_the_step_in_seconds_and_is_named(slurm: Slurm, tmp_path: Path) -> None:
+    """srun --kill-on-bad-exit sends SIGTERM, which TensorFlow ignores while it waits on its
+    peers; without tfboot's watcher the step would end at Slurm's KillWait (30 s)."""
+    for run in range(2):
+        took, errs, srun_err = run_until_killed(slurm, tmp_path / f"run{run}")
+        assert took < GRACE_S + 10, (took, errs, srun_err)
+        for err in errs:
+            assert (
+                "cluster: SIGTERM: this task is being ended; peers no longer answering: "
+                "worker 2 at node10:8888 (refused)" in err
+            ), err
