@@ -2,12 +2,16 @@
 
 Starts the test cluster (``tests/slurm/cluster.sh``: node9, node10, node11), then runs
 ``srun -N2 -n3 --kill-on-bad-exit=1`` on ``tests/slurm/train_until_killed.py`` again and
-again: rank 2 kills itself mid-training, srun sends SIGTERM to the step, and TensorFlow
-ignores it while the survivors wait in their next all-reduce. Side by side, alternating:
-``DIST_TERM_GRACE=3`` (tfboot's watcher kills a survivor 3 s after the SIGTERM) and
-``DIST_TERM_GRACE=3600`` (the watcher waits longer than Slurm's ``KillWait`` of 30 s, as
-before it acted). Prints each run's seconds from the loss to the end of the step.
-Usage: python bench/slurm_term.py [--runs N]   (root; Debian's Slurm and munge installed)
+again: rank 2 exits with status 1 (``--how kill``: SIGKILL) after training step
+``--kill-step`` (-1: before the group forms, while the others wait for it in TensorFlow's
+C++), and srun sends SIGTERM to the step. Side by side, alternating:
+``DIST_TERM_GRACE=3`` (tfboot's watcher kills a task still running 3 s after the SIGTERM)
+and ``DIST_TERM_GRACE=3600`` (the watcher waits past Slurm's ``KillWait`` of 30 s, as
+before it acted). Prints each run's seconds from the loss
+to the end of the step.
+
+Usage (root; Debian's Slurm and munge installed):
+    python bench/slurm_term.py [--runs N] [--kill-step S] [--how exit|kill]
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
 SCRIPT = REPO / "tests" / "slurm" / "train_until_killed.py"
 
 
-def one_run(conf: str, folder: Path, grace: int) -> tuple[float, int]:
+def one_run(conf: str, folder: Path, grace: int, step: int, how: str) -> tuple[float, int]:
     """Seconds from the loss of rank 2 to srun's exit, and srun's exit status."""
     folder.mkdir()
     env = {
@@ -57,6 +61,18 @@ def one_run(conf: str, folder: Path, grace: int) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="runs of each case")
+    parser.add_argument(
+        "--kill-step",
+        type=int,
+        default=3,
+        help="the training step after which rank 2 is lost; -1: before the group forms",
+    )
+    parser.add_argument(
+        "--how",
+        choices=("exit", "kill"),
+        default="exit",
+        help="how rank 2 is lost: exit status 1 (an error), or SIGKILL (a lost node)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(["bash", str(CLUSTER), "up", tmp], check=True)
@@ -64,7 +80,13 @@ def main() -> None:
             times: dict[int, list[float]] = {3: [], 3600: []}
             for run in range(args.runs):
                 for grace in times:
-                    took, status = one_run(f"{tmp}/slurm.conf", Path(tmp, f"{grace}-{run}"), grace)
+                    took, status = one_run(
+                        f"{tmp}/slurm.conf",
+                        Path(tmp, f"{grace}-{run}"),
+                        grace,
+                        args.kill_step,
+                        args.how,
+                    )
                     times[grace].append(took)
                     print(
                         f"run {run + 1}: DIST_TERM_GRACE={grace}: step ended {took:.1f} s "

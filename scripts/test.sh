@@ -15,6 +15,16 @@ if [ "${#missing[@]}" -gt 0 ]; then
     say "installing ${missing[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
+# A real Slurm for tests/slurm/ (started and stopped by the tests themselves).
+slurm=()
+for tool in slurmctld:slurmctld slurmd:slurmd srun:slurm-client munged:munge ip:iproute2 nsenter:util-linux; do
+    command -v "${tool%%:*}" >/dev/null 2>&1 || slurm+=("${tool#*:}")
+done
+if [ "${#slurm[@]}" -gt 0 ]; then
+    say "installing ${slurm[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends "${slurm[@]}"
+fi
 bash scripts/ensure-docker.sh
 
 venv() {  # venv DIR REQUIREMENTS

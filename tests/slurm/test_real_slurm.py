@@ -165,27 +165,36 @@ def test_an_arbitrary_distribution_is_refused_by_every_rank(slurm: Slurm, tmp_pa
 GRACE_S = 3
 
 
-def run_until_killed(slurm: Slurm, folder: Path) -> tuple[float, list[str], str]:
-    """One step whose rank 2 is lost mid-training: seconds from the loss to the step's end."""
-    extra = {"DISTRIBUTED": "slurm", "DIST_TERM_GRACE": str(GRACE_S), "KILL_RANK": "2"}
+def run_until_lost(slurm: Slurm, folder: Path, how: str, step: int) -> tuple[float, list[str], str]:
+    """One step whose rank 2 is lost: seconds from the loss to the step's end, the others' logs."""
+    extra = {
+        "DISTRIBUTED": "slurm",
+        "DIST_TERM_GRACE": str(GRACE_S),
+        "KILL_RANK": "2",
+        "KILL_HOW": how,
+        "KILL_STEP": str(step),
+    }
     done = srun(slurm, folder, ["-N2", "-n3", "--kill-on-bad-exit=1"], extra, KILLED)
     ended = time.time()
-    lost_line = next(
-        line for line in (folder / "task-2.out").read_text().splitlines() if " lost at " in line
-    )
-    lost = float(lost_line.rsplit(" ", 1)[1])
-    errs = [(folder / f"task-{r}.err").read_text() for r in range(2)]
-    return ended - lost, errs, done.stderr
+    lines = (folder / "task-2.out").read_text().splitlines()
+    lost = float(next(line for line in lines if " lost at " in line).rsplit(" ", 1)[1])
+    return ended - lost, [(folder / f"task-{r}.err").read_text() for r in range(2)], done.stderr
 
 
-def test_a_lost_task_ends_the_step_in_seconds_and_is_named(slurm: Slurm, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("how", "step"),
+    [("exit", -1), ("kill", 3)],
+    ids=["exits-before-the-group-forms", "killed-mid-training"],
+)
+def test_a_lost_task_ends_the_step_in_seconds_and_is_named(
+    slurm: Slurm, tmp_path: Path, how: str, step: int
+) -> None:
     """srun --kill-on-bad-exit sends SIGTERM, which TensorFlow ignores while it waits on its
-    peers; without tfboot's watcher the step would end at Slurm's KillWait (30 s)."""
-    for run in range(2):
-        took, errs, srun_err = run_until_killed(slurm, tmp_path / f"run{run}")
-        assert took < GRACE_S + 10, (took, errs, srun_err)
-        for err in errs:
-            assert (
-                "cluster: SIGTERM: this task is being ended; peers no longer answering: "
-                "worker 2 at node10:8888 (refused)" in err
-            ), err
+    peers; on its own the step would end at Slurm's KillWait (30 s): bench/slurm_term.py."""
+    took, errs, srun_err = run_until_lost(slurm, tmp_path, how, step)
+    assert took < GRACE_S + 5, (took, errs, srun_err)
+    for err in errs:
+        assert (
+            "cluster: SIGTERM: this task is being ended; peers no longer answering: "
+            "worker 2 at node10:8888 (refused)" in err
+        ), err

@@ -1,8 +1,10 @@
 """All-reduce step after step under MultiWorkerMirroredStrategy; one rank is then lost.
 
-The rank ``KILL_RANK`` kills itself with SIGKILL after step ``KILL_STEP`` (a node lost, an
-OOM kill); the others block in the next all-reduce, inside TensorFlow, until the step ends.
-Configured only by what tfboot put in ``TF_CONFIG`` at ``import tensorflow``.
+The rank ``KILL_RANK`` kills itself with SIGKILL (``KILL_HOW=exit``: exits with status 1)
+after step ``KILL_STEP`` (a node lost, an OOM kill, an error); the others block in the next all-reduce, inside TensorFlow, until the step ends.
+With ``KILL_STEP=-1`` it dies before building the strategy, while the others wait in
+TensorFlow's C++ for the group to form. Configured only by what tfboot put in ``TF_CONFIG``
+at ``import tensorflow``.
 """
 
 import os
@@ -13,9 +15,23 @@ import tensorflow as tf
 
 KILL_RANK = int(os.environ["KILL_RANK"])
 KILL_STEP = int(os.environ.get("KILL_STEP", "3"))
+# "kill": SIGKILL (a node lost, an OOM kill); "exit": exit status 1 (an error in the task).
+KILL_HOW = os.environ.get("KILL_HOW", "kill")
 
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
 rank = int(os.environ["SLURM_PROCID"])
+
+
+def lose() -> None:
+    print(f"rank {rank} lost at {time.time():.3f}", flush=True)
+    if KILL_HOW == "exit":
+        os._exit(1)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+if rank == KILL_RANK and KILL_STEP < 0:
+    time.sleep(3)  # the others are in the strategy's wait for the group by now
+    lose()
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
 
 
 @tf.function
@@ -30,6 +46,5 @@ for number in range(10000):
     total = float(step())
     print(f"rank {rank} step {number} sum {total:g} at {time.time():.3f}", flush=True)
     if rank == KILL_RANK and number == KILL_STEP:
-        print(f"rank {rank} lost at {time.time():.3f}", flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+        lose()
     time.sleep(0.2)
