@@ -1,10 +1,10 @@
 """All-reduce step after step under MultiWorkerMirroredStrategy; one rank is then lost.
 
 The rank ``KILL_RANK`` kills itself with SIGKILL (``KILL_HOW=exit``: exits with status 1)
-after step ``KILL_STEP`` (a node lost, an OOM kill, an error); the others block in the next all-reduce, inside TensorFlow, until the step ends.
-With ``KILL_STEP=-1`` it dies before building the strategy, while the others wait in
-TensorFlow's C++ for the group to form. Configured only by what tfboot put in ``TF_CONFIG``
-at ``import tensorflow``.
+after step ``KILL_STEP`` (a node lost, an OOM kill, an error); the others block in the
+next all-reduce, inside TensorFlow, until the step ends. With ``KILL_STEP=-1`` it is lost
+before building the strategy, while the others wait in TensorFlow's C++ for the group to
+form. Configured only by what tfboot put in ``TF_CONFIG`` at ``import tensorflow``.
 """
 
 import os
