@@ -40,6 +40,8 @@ def one_run(conf: str, folder: Path, grace: int, step: int, how: str) -> tuple[f
         "KILL_RANK": "2",
         "DIST_TERM_GRACE": str(grace),
         "TF_CPP_MIN_LOG_LEVEL": "2",
+        "KILL_STEP": str(step),
+        "KILL_HOW": how,
     }
     command = [
         "srun",

@@ -27,7 +27,7 @@ from . import NAMES
 from .budget import FRAMEWORK_NAMES, FrameworkPlan, cuda_devices
 from .jaxplan import plan_jax
 from .nvml import read_inventory
-from .roles import role
+from .roles import Role, role
 from .torchplan import plan_torch, refusals
 
 DEVICE_NAMES = ("VISIBLE_GPU", "MEMORY_LIMIT_MB", "MEMORY_GROWTH", "VIRTUAL_SPLIT", "REQUIRE_GPU")
@@ -45,12 +45,14 @@ class FrameworkResult:
     plan: FrameworkPlan | None = None
     calls: list[str] = field(default_factory=list)
     error: str | None = None
+    role: Role | None = None  # where no plan was made (invalid settings)
 
     def to_dict(self) -> dict[str, Any]:
         plan = self.plan
+        role = plan.role if plan is not None else self.role
         return {
             "framework": self.framework,
-            "role": "runs the model" if plan is None or plan.role.runs_model else plan.role.why,
+            "role": "runs the model" if role is None or role.runs_model else role.why,
             "error": self.error,
             "decisions": list(plan.decisions) if plan else [],
             "calls": list(self.calls),
@@ -82,9 +84,9 @@ def _failed(module: str, env: Mapping[str, str], exc: ConfigError) -> None:
     """
     framework = NAMES[module]
     error = ConfigError(exc.problems, framework)
+    taken = role(module, env)
     try:
-        mode = "raise" if role(module, env).runs_model else "debug"
-        mode = read_control(env, ON_ERROR) if mode == "raise" else mode
+        mode = read_control(env, ON_ERROR) if taken.runs_model else "debug"
     except ConfigError:
         mode = "raise"
     if mode == "raise":
@@ -93,7 +95,7 @@ def _failed(module: str, env: Mapping[str, str], exc: ConfigError) -> None:
         if mode == "warn" or _level(env) == "debug":
             kind = "warning" if mode == "warn" else "debug"
             report.emit(kind, f"invalid configuration, {framework} keeps its defaults: {error}")
-        _results[module] = FrameworkResult(framework, error=str(error))
+        _results[module] = FrameworkResult(framework, error=str(error), role=taken)
     return None
 
 

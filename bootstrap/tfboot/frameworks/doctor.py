@@ -115,7 +115,9 @@ def render(sections: dict[str, dict[str, Any]]) -> list[str]:
             + (f" ({role})" if role and role != "runs the model" else "")
             + ":"
         )
-        if section.get("error"):
+        if section.get("error") and role and role != "runs the model":
+            lines.append("  not configured: the settings are invalid (see above)")
+        elif section.get("error"):
             lines.append(f"  ERROR: {section['error']}")
         lines += [f"  applied: {d}" for d in section.get("decisions") or ["nothing"]]
         lines.append(f"  devices: {', '.join(section.get('devices', [])) or 'none'}")
