@@ -24,6 +24,13 @@ ctl="$(hostname -s)"
 
 forward_rule=(FORWARD -i "$bridge" -o "$bridge" -j ACCEPT)
 
+remove_links() {
+    for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^tfbs-[0-9]+-h' | cut -d@ -f1); do
+        ip link del "$link" 2>/dev/null || true
+    done
+    ip link del "$bridge" 2>/dev/null || true
+}
+
 up() {
     mkdir -p "$dir"/{state,log,munge,ns}
     chmod 700 "$dir/munge"
@@ -33,6 +40,10 @@ up() {
         --pid-file="$dir/munge/munged.pid" --log-file="$dir/log/munged.log" \
         --seed-file="$dir/munge/seed"
 
+    if ip link show "$bridge" >/dev/null 2>&1; then  # left by a run that was killed
+        echo "cluster.sh: removing a stale $bridge and its links" >&2
+        remove_links
+    fi
     ip link add "$bridge" type bridge
     ip addr add "$net.1/24" dev "$bridge"
     ip link set "$bridge" up
@@ -114,10 +125,7 @@ down() {
         umount "$ns" 2>/dev/null || true
         rm -f "$ns"
     done
-    for link in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^tfbs-[0-9]+-h' | cut -d@ -f1); do
-        ip link del "$link" 2>/dev/null || true
-    done
-    ip link del "$bridge" 2>/dev/null || true
+    remove_links
     if [ -f "$dir/forward-rule" ]; then
         iptables -D "${forward_rule[@]}" 2>/dev/null || true
         rm -f "$dir/forward-rule"

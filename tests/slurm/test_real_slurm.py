@@ -19,7 +19,7 @@ import pytest
 from conftest import Slurm
 from support import REPO, scenario_env
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.xdist_group("slurm")]
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 TRAIN = REPO / "tests" / "cluster" / "mw_train.py"
 KILLED = Path(__file__).with_name("train_until_killed.py")
