@@ -288,21 +288,26 @@ def keras_plan(settings: Settings) -> Plan:
     return plan
 
 
+def gpu_required(settings: Settings, hidden: bool, none_found: str) -> ConfigError:
+    """``REQUIRE_GPU`` with no GPU: hidden by ``VISIBLE_GPU=none``, or ``none_found``."""
+    why = "VISIBLE_GPU=none hides every GPU" if hidden else none_found
+    return ConfigError(
+        Problem(
+            "REQUIRE_GPU",
+            settings.given["REQUIRE_GPU"][0],
+            f"a GPU is required, but {why}",
+            verdict=ON_THIS_HOST,
+        )
+    )
+
+
 def _plan_no_gpu(plan: Plan, settings: Settings, gpu_count: int) -> None:
     hidden = gpu_count > 0  # VISIBLE_GPU=none on a GPU host
     if hidden:
         plan.visible_gpus = ()
         plan.decide("visible_gpus", f"no GPU visible: {given_text(settings, 'VISIBLE_GPU')}")
     if settings.require_gpu:
-        why = "VISIBLE_GPU=none hides every GPU" if hidden else "TensorFlow lists no GPU"
-        raise ConfigError(
-            Problem(
-                "REQUIRE_GPU",
-                settings.given["REQUIRE_GPU"][0],
-                f"a GPU is required, but {why}",
-                verdict=ON_THIS_HOST,
-            )
-        )
+        raise gpu_required(settings, hidden, "TensorFlow lists no GPU")
     ignored = [given_text(settings, n) for n in GPU_SETTINGS if n in settings.given and not hidden]
     if isinstance(settings.virtual_split, tuple) and not hidden:
         ignored.append(given_text(settings, "VIRTUAL_SPLIT") + " sizes")

@@ -3,12 +3,15 @@
 The rank ``KILL_RANK`` kills itself with SIGKILL (``KILL_HOW=exit``: exits with status 1)
 after step ``KILL_STEP`` (a node lost, an OOM kill, an error); the others block in the
 next all-reduce, inside TensorFlow, until the step ends. With ``KILL_STEP=-1`` it is lost
-before building the strategy, while the others wait in TensorFlow's C++ for the group to
-form. Configured only by what tfboot put in ``TF_CONFIG`` at ``import tensorflow``.
+before building the strategy, once the others' servers listen: they wait in TensorFlow's
+C++ for the group to form. Configured only by what tfboot put in ``TF_CONFIG`` at
+``import tensorflow``.
 """
 
+import json
 import os
 import signal
+import socket
 import time
 
 import tensorflow as tf
@@ -28,8 +31,23 @@ def lose() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def others_listen() -> None:
+    """Wait until every other task's server accepts connections: they are in the group's wait."""
+    config = json.loads(os.environ["TF_CONFIG"])
+    own = config["cluster"]["worker"][config["task"]["index"]]
+    for address in config["cluster"]["worker"]:
+        host, port = address.rsplit(":", 1)
+        while address != own:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+
+
 if rank == KILL_RANK and KILL_STEP < 0:
-    time.sleep(3)  # the others are in the strategy's wait for the group by now
+    others_listen()
+    time.sleep(1)
     lose()
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 

@@ -240,7 +240,9 @@ def _distribution(env: Mapping[str, str], problems: list[Problem]) -> tuple[str,
     return "block", 0
 
 
-def _slurm_layout(env: Mapping[str, str], problems: list[Problem]) -> list[tuple[str, int]]:
+def _slurm_layout(
+    env: Mapping[str, str], problems: list[Problem], distribution: tuple[str, int]
+) -> list[tuple[str, int]]:
     layout: list[tuple[str, int]] = []
     names = ("SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
     raw = {n: nonblank(env, n) for n in names}
@@ -265,7 +267,7 @@ def _slurm_layout(env: Mapping[str, str], problems: list[Problem]) -> list[tuple
             )
         )
         return layout
-    name, plane = _distribution(env, problems)
+    name, plane = distribution
     return block_layout(hosts, counts) if name == "block" else plane_layout(hosts, counts, plane)
 
 
@@ -281,7 +283,9 @@ def _slurm(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
             )
         )
     rank = _slurm_int(env, "SLURM_PROCID", problems)
-    layout = _slurm_layout(env, problems)
+    placed = _distribution(env, problems)
+    layout = _slurm_layout(env, problems, placed)
+    distribution = placed[0]
     if problems or rank is None:
         raise ConfigError(problems)
     total = len(layout)
@@ -304,7 +308,7 @@ def _slurm(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
                 f"the step has {total} task(s), ranks 0 to {total - 1}",
             )
         )
-    _check_node(env, layout, rank, _distribution(env, [])[0])
+    _check_node(env, layout, rank, distribution)
     base = cluster.port or SLURM_PORT
     _check_ports(cluster, base, max(local for _, local in layout) + 1)
     counts = dict(tasks)
@@ -322,7 +326,7 @@ def _slurm(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
         "tasks": cluster.source("DIST_TASKS") if cluster.tasks else "SLURM_STEP_TASKS_PER_NODE",
         "hosts": "SLURM_STEP_NODELIST",
         "port": f"{port_source} + rank on node {layout[rank][1]}",
-        "distribution": _distribution(env, [])[0],
+        "distribution": distribution,
     }
     return Identity("slurm", _checked(addresses, kind, index), build=True, sources=sources)
 

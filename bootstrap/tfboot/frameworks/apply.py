@@ -21,16 +21,15 @@ from typing import Any
 from .. import report
 from ..cpu import cpu_budget
 from ..errors import ConfigError, Problem
-from ..plan import ON_THIS_HOST
+from ..plan import DEVICE_SETTINGS
 from ..settings import LOG, ON_ERROR, Settings, disabled, read_control, resolve
 from . import NAMES
-from .budget import FRAMEWORK_NAMES, FrameworkPlan, cuda_devices
+from .budget import FRAMEWORK_NAMES, FrameworkPlan, cap_over_gpu, cuda_devices
 from .jaxplan import plan_jax
 from .nvml import read_inventory
 from .roles import Role, role
 from .torchplan import plan_torch, refusals
 
-DEVICE_NAMES = ("VISIBLE_GPU", "MEMORY_LIMIT_MB", "MEMORY_GROWTH", "VIRTUAL_SPLIT", "REQUIRE_GPU")
 # JAX's CUDA plugins: without one JAX sees no GPU, whatever the node has.
 JAX_CUDA_PLUGINS = ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13")
 
@@ -61,6 +60,9 @@ class FrameworkResult:
 
 
 _results: dict[str, FrameworkResult] = {}
+# Settings checked before a framework's code ran, for its configuration right after, if the
+# environment is still the same: module -> (environment, settings).
+_validated: dict[str, tuple[dict[str, str], Settings]] = {}
 
 
 def results() -> dict[str, FrameworkResult]:
@@ -109,7 +111,7 @@ def before_jax(_module: ModuleType) -> None:
         settings = _settings("jax", env)
         if settings is None:
             return
-        devices = any(name in settings.given for name in DEVICE_NAMES)
+        devices = any(name in settings.given for name in DEVICE_SETTINGS)
         totals = _jax_gpus(env) if devices else ()
         narrowed = cuda_devices(env, len(totals))[1]
         try:
@@ -151,6 +153,8 @@ def before_torch(_module: ModuleType) -> None:
             plan.check()
         except ConfigError as exc:
             _failed("torch", env, exc)
+            return
+        _validated["torch"] = (dict(env), settings)  # one resolution per import
 
 
 def after_torch(torch: ModuleType) -> None:
@@ -159,13 +163,15 @@ def after_torch(torch: ModuleType) -> None:
     if disabled(env) or "torch" in _results:
         return
     taken = role("torch", env)
+    validated = _validated.pop("torch", None)
     with _lock:
-        settings = _settings("torch", env)
+        fresh = validated is not None and validated[0] == env
+        settings = validated[1] if validated and fresh else _settings("torch", env)
         if settings is None:
             return
         cuda_build = getattr(getattr(torch, "version", None), "cuda", None) is not None
         devices: list[str] = []
-        if cuda_build and any(name in settings.given for name in DEVICE_NAMES):
+        if cuda_build and any(name in settings.given for name in DEVICE_SETTINGS):
             devices = cuda_devices(env, read_inventory(env).count)[0]
         try:
             plan = plan_torch(settings, devices, cpu_budget(env), env, taken)
@@ -286,14 +292,7 @@ def _cap_at_cuda_start(torch: ModuleType, caps: dict[int, int], given: str) -> N
             total = torch.cuda.get_device_properties(ordinal).total_memory
             if cap * (1 << 20) > total:
                 raise ConfigError(
-                    Problem(
-                        "MEMORY_LIMIT_MB",
-                        given,
-                        f"the cap of {cap} MiB is more than the {total >> 20} MiB cuda:{ordinal} "
-                        "has",
-                        verdict=ON_THIS_HOST,
-                    ),
-                    "PyTorch",
+                    cap_over_gpu(given, cap, total >> 20, f"cuda:{ordinal}"), "PyTorch"
                 )
             torch.cuda.set_per_process_memory_fraction(cap * (1 << 20) / total, ordinal)
 

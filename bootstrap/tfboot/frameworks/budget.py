@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..cpu import CpuBudget
 from ..errors import ConfigError, Problem
-from ..plan import GPU_SETTINGS, ON_THIS_HOST, Threads, given_text, thread_budget
+from ..plan import GPU_SETTINGS, ON_THIS_HOST, Threads, given_text, gpu_required, thread_budget
 from ..settings import Settings
 from ..values import nonblank, shorten
 from .roles import Role
@@ -119,19 +119,21 @@ def check_visible(settings: Settings, framework: str, gpu_count: int) -> tuple[i
     return visible
 
 
+def cap_over_gpu(given: str, cap: int, total_mib: int, gpu: str) -> Problem:
+    """``MEMORY_LIMIT_MB`` above what ``gpu`` has: never clamped."""
+    return Problem(
+        "MEMORY_LIMIT_MB",
+        given,
+        f"the cap of {cap} MiB is more than the {total_mib} MiB {gpu} has",
+        verdict=ON_THIS_HOST,
+    )
+
+
 def no_gpu(plan: FrameworkPlan, settings: Settings, gpu_count: int) -> None:
     """No GPU for this framework: ``REQUIRE_GPU`` fails; GPU settings are named as unused."""
     hidden = gpu_count > 0
     if settings.require_gpu and plan.role.runs_model:
-        why = "VISIBLE_GPU=none hides every GPU" if hidden else f"{plan.framework} finds no GPU"
-        raise ConfigError(
-            Problem(
-                "REQUIRE_GPU",
-                settings.given["REQUIRE_GPU"][0],
-                f"a GPU is required, but {why}",
-                verdict=ON_THIS_HOST,
-            )
-        )
+        raise gpu_required(settings, hidden, f"{plan.framework} finds no GPU")
     ignored = [given_text(settings, n) for n in GPU_SETTINGS if n in settings.given]
     if not hidden and ignored and plan.role.runs_model:
         plan.warnings.append(f"no GPU found, running on CPU; not applied: {', '.join(ignored)}")

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..cpu import CpuBudget
-from ..errors import ConfigError, Problem
-from ..plan import ON_THIS_HOST, given_text
+from ..errors import ConfigError
+from ..plan import given_text
 from ..settings import Settings
 from ..values import nonblank
-from .budget import FrameworkPlan, check_visible, no_gpu, plan_threads
+from .budget import FrameworkPlan, cap_over_gpu, check_visible, no_gpu, plan_threads
 from .roles import Role
 
 FRAMEWORK = "JAX"
@@ -151,12 +151,7 @@ def _plan_cap(
     total_mib = total >> 20
     if cap > total_mib:
         raise ConfigError(
-            Problem(
-                "MEMORY_LIMIT_MB",
-                settings.given["MEMORY_LIMIT_MB"][0],
-                f"the cap of {cap} MiB is more than the {total_mib} MiB the GPU has",
-                verdict=ON_THIS_HOST,
-            )
+            cap_over_gpu(settings.given["MEMORY_LIMIT_MB"][0], cap, total_mib, "the GPU")
         )
     fraction = fraction_text(cap, total)
     if not plan.agrees(env, OLD_FRACTION_ENV, fraction, settings, "MEMORY_LIMIT_MB"):

@@ -59,7 +59,8 @@ def role(framework: str, env: Mapping[str, str]) -> Role:
     """The role of ``framework`` ("jax" or "torch"), decided at its first import."""
     if framework in _roles:
         return _roles[framework]
-    outer = _hook.importing()[:-1] if _hook.importing()[-1:] == (framework,) else _hook.importing()
+    stack = _hook.importing()
+    outer = stack[:-1] if stack[-1:] == (framework,) else stack
     decided = Role(True, "")
     if "tensorflow" in outer:
         decided = Role(False, "came along with TensorFlow's import")

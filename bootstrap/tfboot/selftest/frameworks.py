@@ -93,18 +93,11 @@ def run(framework: str, options: Options, on_start: Any = None, on_row: Any = No
     if not listed:  # every row skipped: exit status 3, as TensorFlow's selftest
         report.rows = [RowResult(n, None, c, SKIP, f"{name} lists no GPU", 0.0) for n, c, _ in ROWS]
         return report
-    tested = list(range(len(listed))) if options.gpus is None else list(options.gpus)
-    missing = [i for i in tested if i >= len(listed)]
-    if missing:
-        report.error = (
-            f"--gpu {missing[0]}: {name} lists {len(listed)} GPU(s), 0 to {len(listed) - 1}"
-        )
-        report.error_status = 2
+    if not report.choose(options.gpus):
         return report
-    report.tested = tested
     if on_start is not None:
         on_start(report)
-    for gpu in tested:
+    for gpu in report.tested:
         for _name, _checks, row in ROWS:
             result = row(framework, gpu, len(listed), options.cap_mb, options.timeout)
             report.rows.append(result)

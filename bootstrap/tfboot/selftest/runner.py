@@ -63,6 +63,20 @@ class Report:
             return NO_GPU
         return 1 if any(r.status == FAIL for r in self.rows) else 0
 
+    def choose(self, gpus: tuple[int, ...] | None) -> bool:
+        """Test ``gpus`` (None: all listed); False, with the error set, when one is missing."""
+        count = len(self.gpus)
+        tested = list(range(count)) if gpus is None else list(gpus)
+        missing = [i for i in tested if i >= count]
+        if missing:
+            self.error = (
+                f"--gpu {missing[0]}: {self.framework} lists {count} GPU(s), 0 to {count - 1}"
+            )
+            self.error_status = 2
+            return False
+        self.tested = tested
+        return True
+
     def to_dict(self) -> dict[str, Any]:
         counts = {s.lower(): sum(r.status == s for r in self.rows) for s in (PASS, FAIL, SKIP)}
         return {
@@ -181,15 +195,9 @@ def run(
     report.mig = mig_instances(os.environ)
     if not listed:
         return report
-    tested = list(range(len(listed))) if options.gpus is None else list(options.gpus)
-    missing = [i for i in tested if i >= len(listed)]
-    if missing:
-        report.error = (
-            f"--gpu {missing[0]}: TensorFlow lists {len(listed)} GPU(s), 0 to {len(listed) - 1}"
-        )
-        report.error_status = 2
+    if not report.choose(options.gpus):
         return report
-    report.tested = tested
+    tested = report.tested
     if on_start is not None:
         on_start(report)
     for row in (row for row in ROWS if row.name in options.rows):
