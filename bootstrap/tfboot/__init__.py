@@ -20,20 +20,27 @@ import sys
 __version__ = "0.1.0"
 __all__ = ["ConfigError", "Settings", "apply", "last_result", "resolve", "uninstall"]
 
-WATCHED = ("tensorflow", "keras", "tf_keras", "jax", "torch")
+# The watched modules, each with the adapter that configures it (tfboot.adapters.<name>).
+ADAPTERS = {
+    "tensorflow": "tensorflow",
+    "keras": "keras",
+    "tf_keras": "keras",
+    "jax": "jax",
+    "torch": "torch",
+}
 _LAZY = {
     "ConfigError": "errors",
     "Settings": "settings",
     "resolve": "settings",
-    "apply": "apply",
-    "last_result": "apply",
+    "apply": "executor",
+    "last_result": "executor",
     "uninstall": "_startup",
 }
 
 
 def find_spec(name: str, path: "object" = None, target: "object" = None) -> "object":
     """The trampoline: this module, on ``sys.meta_path``, hands a watched import to the hooks."""
-    if name not in WATCHED:
+    if name not in ADAPTERS:
         return None
     from ._startup import activate
 

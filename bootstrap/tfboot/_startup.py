@@ -1,4 +1,4 @@
-"""Start-up: register the TensorFlow, Keras, JAX and PyTorch import hooks.
+"""Start-up: register the import hooks of every framework in the ``ADAPTERS`` table.
 
 ``tfboot.pth`` (``tfboot.start`` on Python 3.15+) imports the ``tfboot`` package at
 interpreter start, which puts a trampoline on ``sys.meta_path``; the first time a watched
@@ -17,15 +17,14 @@ def install() -> bool:
     try:
         if os.environ.get("TFBOOT_DISABLE", "").strip().lower() in ("1", "true", "yes", "on"):
             return False
-        from . import _hook
+        from . import ADAPTERS, _hook
 
         if "tensorflow" not in _hook.finder().hooks:
-            _hook.when_imported("tensorflow", before=_validate, after=_configure)
-            for name in ("keras", "tf_keras"):
-                _hook.when_imported(name, after=_configure_keras)
-            for name in ("jax", "torch"):
+            for name, adapter in ADAPTERS.items():
                 _hook.when_imported(
-                    name, before=_framework("before", name), after=_framework("after", name)
+                    name,
+                    before=_hook_point(adapter, name, "before"),
+                    after=_hook_point(adapter, name, "after"),
                 )
         return True
     except BaseException as exc:
@@ -75,30 +74,15 @@ def uninstall() -> None:
         sys.modules["tfboot._hook"].remove_hooks()
 
 
-def _validate(_module: "object") -> None:
-    from .apply import validate
-
-    validate()
-
-
-def _configure(module: "object") -> None:
-    from .apply import apply
-
-    apply(module)
-
-
-def _framework(when: str, name: str) -> "object":
-    """The hook for JAX or PyTorch: ``frameworks.apply``'s ``before_<name>``/``after_<name>``."""
+def _hook_point(adapter: str, name: str, stage: str) -> "object":
+    """The callback for ``stage`` of ``name``'s import: the executor runs its adapter there."""
 
     def hook(module: "object") -> None:
-        from .frameworks import apply
+        from importlib import import_module
 
-        getattr(apply, f"{when}_{name}")(module)
+        from . import _hook
+        from .executor import run
+
+        run(import_module(f"tfboot.adapters.{adapter}"), stage, module, name, _hook.importing())
 
     return hook
-
-
-def _configure_keras(module: "object") -> None:
-    from .apply import apply_keras
-
-    apply_keras(module)

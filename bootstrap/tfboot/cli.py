@@ -53,9 +53,9 @@ def _cluster(settings: Any, env: dict[str, str]) -> dict[str, Any] | None:
 
 
 def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
-    from .cpu import cpu_budget
-    from .hostmem import MemoryBudget, memory_budget
-    from .plan import host_memory
+    from .budget.hostmemory import host_memory
+    from .node.cpu import cpu_budget
+    from .node.hostmem import MemoryBudget, memory_budget
     from .settings import CONTRACT, CONTROL, resolve
 
     settings = resolve(env)
@@ -125,7 +125,7 @@ def _print_error(exc: ConfigError, as_json: bool) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .plan import DataDefaults
+    from .budget.hostmemory import DataDefaults
 
     try:
         data = _settings_rows(_environment(args.env_file))

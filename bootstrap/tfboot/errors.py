@@ -1,10 +1,10 @@
-"""The one exception tfboot raises for bad configuration, and its parts."""
+"""The one exception tfboot raises for bad configuration, its parts, and bounded numbers."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .values import shorten
+from .values import digits, shorten
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,14 @@ class ConfigError(ValueError):
         lines = [f"{len(self.problems)} problems in the tfboot configuration{whose}:"]
         lines += [f"  - {p}" for p in self.problems]
         return "\n".join(lines)
+
+
+def bounded(name: str, value: str, low: int, high: int, what: str, hint: str = "") -> int:
+    """``value`` as a whole number from ``low`` to ``high``, or a ``ConfigError`` saying so."""
+    number = digits(value)
+    if number is None or not low <= number <= high:
+        raise ConfigError(Problem(name, value, f"expected {what} from {low} to {high}", hint))
+    return number
 
 
 # Tracebacks and reprs name the public path, tfboot.ConfigError.

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .cluster import MODES, NAMES
-from .deviceplugin import read_plugin_limit
 from .errors import ConfigError, Problem
+from .node.deviceplugin import looked_for, read_plugin_limit
 from .values import digits, nonblank, positive, shorten
 
 BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True,
@@ -164,14 +164,15 @@ class Variable:
     parse: Callable[[str, str], Any]
     accepted: str
     default: Any
-    gpu_only: bool = False
+    # "gpu": a GPU setting (not applied without a GPU); "devices": it needs the device list
+    needs: str = ""
 
 
 CONTRACT: tuple[Variable, ...] = (
-    Variable("VISIBLE_GPU", parse_visible_gpu, "all | none | index | i,j,...", None, True),
-    Variable("MEMORY_LIMIT_MB", parse_memory_limit, f"MiB 1..{MAX_MEMORY_MB} | auto", None, True),
-    Variable("VIRTUAL_SPLIT", parse_split, f"N (1..{MAX_SPLIT}) | MiB sizes a,b,...", 1),
-    Variable("MEMORY_GROWTH", parse_bool, "bool", None, True),
+    Variable("VISIBLE_GPU", parse_visible_gpu, "all | none | index | i,j,...", None, "gpu"),
+    Variable("MEMORY_LIMIT_MB", parse_memory_limit, f"MiB 1..{MAX_MEMORY_MB} | auto", None, "gpu"),
+    Variable("VIRTUAL_SPLIT", parse_split, f"N (1..{MAX_SPLIT}) | MiB sizes a,b,...", 1, "devices"),
+    Variable("MEMORY_GROWTH", parse_bool, "bool", None, "gpu"),
     Variable("CPU_THREADS", parse_cpu_threads, f"auto | host | 1..{MAX_CPU_THREADS}", "auto"),
     Variable(
         "HOST_MEMORY_LIMIT_MB",
@@ -183,7 +184,7 @@ CONTRACT: tuple[Variable, ...] = (
     Variable("LOG_DEVICE_PLACEMENT", parse_bool, "bool", None),
     Variable("XLA_JIT", parse_bool, "bool", None),
     Variable("MIXED_PRECISION", _choice(*PRECISION_POLICIES), " | ".join(PRECISION_POLICIES), None),
-    Variable("REQUIRE_GPU", parse_bool, "bool", False),
+    Variable("REQUIRE_GPU", parse_bool, "bool", False, "devices"),
     Variable("DISTRIBUTED", _choice(*MODES), " | ".join(MODES), "off"),
     Variable("LOADER_GPU", parse_bool, "bool", False),
 )
@@ -194,6 +195,10 @@ CONTROL: tuple[Variable, ...] = (
     Variable(LOG, _choice("quiet", "info", "debug"), "quiet | info | debug", "info"),
 )
 CONTRACT_NAMES = frozenset(v.name for v in CONTRACT)
+# The GPU settings, named when no GPU is found; with the others that need the device list,
+# the settings for which a framework lists its devices (without them it never does).
+GPU_SETTINGS = tuple(v.name for v in CONTRACT if v.needs == "gpu")
+DEVICE_SETTINGS = tuple(v.name for v in CONTRACT if v.needs)
 ALL_NAMES = CONTRACT_NAMES | {v.name for v in CONTROL}
 # What a TFBOOT_ENV_FILE may set: the contract and the cluster variables (DIST_*).
 FILE_NAMES = CONTRACT_NAMES | frozenset(NAMES)
@@ -236,6 +241,15 @@ class Settings:
     def source(self, name: str) -> str:
         """Where ``name``'s value came from: env, file PATH, a device plugin, or default."""
         return self.given[name][1] if name in self.given else "default"
+
+    def shown(self, name: str) -> str:
+        """``NAME=value (source)``: how a decision names the variable behind it."""
+        value, source = self.given[name]
+        return f"{name}={value} ({source})"
+
+    def device_given(self) -> bool:
+        """True when a setting depends on the GPU list (a GPU setting or a split)."""
+        return any(name in self.given for name in DEVICE_SETTINGS)
 
     def caps_mb(self, gpu_index: int) -> int | None:
         """The cap for physical GPU ``gpu_index`` (its position in TF's list)."""
@@ -361,9 +375,7 @@ def resolve(env: Mapping[str, str] | None = None, names: Collection[str] | None 
                     given["MEMORY_LIMIT_MB"][0],
                     "auto takes the cap a GPU-sharing device plugin gave the container, "
                     "but none is set",
-                    "looked for CUDA_DEVICE_MEMORY_LIMIT[_<i>] (HAMi), "
-                    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (MPS) and ALIYUN_COM_GPU_MEM_CONTAINER "
-                    "(gpushare); set MEMORY_LIMIT_MB to a number",
+                    f"looked for {looked_for()}; set MEMORY_LIMIT_MB to a number",
                 )
             )
 

@@ -48,16 +48,6 @@ def positive(text: str) -> int | None:
     return number if number else None
 
 
-def bounded(name: str, value: str, low: int, high: int, what: str, hint: str = "") -> int:
-    """``value`` as a whole number from ``low`` to ``high``, or a ``ConfigError`` saying so."""
-    number = digits(value)
-    if number is None or not low <= number <= high:
-        from .errors import ConfigError, Problem
-
-        raise ConfigError(Problem(name, value, f"expected {what} from {low} to {high}", hint))
-    return number
-
-
 def shorten(value: str) -> str:
     """``value`` quoted for a message: as it is up to ``SHOWN_CHARS``, else its head and length."""
     if len(value) <= SHOWN_CHARS:

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError, Problem
-from ..values import bounded, digits, positive
+from ..errors import ConfigError, Problem, bounded
+from ..values import digits, positive
 from . import TASK_TYPES
 from .hostlist import MAX_HOSTS
 from .tfconfig import check_address

@@ -1,6 +1,7 @@
 """The tfboot variables of a container against the resources it is granted.
 
-Runs tfboot's own parser and planner (``settings.resolve``, ``plan.make_plan``) on the
+Runs tfboot's own parser and TensorFlow's planner (``settings.resolve``,
+``adapters.tensorflow.make_plan``) on the
 rebuilt environment, for a node that gives exactly what the limits grant.
 """
 
@@ -10,10 +11,13 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from ..cpu import CpuBudget
+from ..adapters import Plan
+from ..adapters.tensorflow import make_plan
+from ..budget import NO_LIMIT, make_budget
 from ..errors import ConfigError, Problem
-from ..nccl import SHM
-from ..plan import Plan, make_plan
+from ..node.cpu import CpuBudget
+from ..node.deviceplugin import PLUGINS
+from ..node.nccl import SHM
 from ..settings import CONTRACT, CONTROL, DISABLE, MAX_CPU_THREADS, Settings, disabled, resolve
 from .documents import quantity
 from .environment import container_env
@@ -29,6 +33,11 @@ def _without_hint(problem: Problem) -> str:
     return str(replace(problem, hint=""))
 
 
+def _share_resources() -> str:
+    """The resources that grant a GPU memory share, as a fix names them."""
+    return " or ".join(f"{p.resource} ({p.name})" for p in PLUGINS if p.resource)
+
+
 def _is_auto_without_plugin(problem: Problem) -> bool:
     return problem.variable == "MEMORY_LIMIT_MB" and str(problem.value).strip().lower() == "auto"
 
@@ -41,8 +50,7 @@ def _report_problems(container: Container, problems: Sequence[Problem], report: 
                 "memory-auto-without-share",
                 "MEMORY_LIMIT_MB=auto takes the share a GPU-sharing device plugin grants, "
                 "and no such resource is requested",
-                "request nvidia.com/gpumem (HAMi) or aliyun.com/gpu-mem (gpushare), "
-                "or give MEMORY_LIMIT_MB in MiB",
+                f"request {_share_resources()}, or give MEMORY_LIMIT_MB in MiB",
             )
         else:
             accepted = ACCEPTED.get(problem.variable, "")
@@ -89,7 +97,7 @@ def _plan(
     # The node's CPU count is unknown here; cpu-threads-over-limit compares with the limit.
     budget = CpuBudget(MAX_CPU_THREADS, quota, "limits.cpu")
     try:
-        plan = make_plan(settings, grant.count, budget, env)
+        plan = make_plan(make_budget(settings, env, cpu=budget, memory=NO_LIMIT), grant.count)
     except ConfigError as exc:
         for problem in exc.problems:
             rule = PLAN_RULES.get(problem.variable, "config-invalid")
@@ -120,10 +128,8 @@ def _check_share(container: Container, plan: Plan, grant: GpuGrant, report: Repo
     """TensorFlow's GPU memory against the share the resources grant."""
     if grant.share_mib is None or not grant.count:
         return
-    used = [sum(sizes) for sizes in plan.gpu_logical_mb.values()]
-    resource = {"hami": "nvidia.com/gpumem", "gpushare": "aliyun.com/gpu-mem"}.get(
-        grant.plugin, "the MIG profile"
-    )
+    used = [sum(sizes) for sizes in plan.logical_mb.values()]
+    resource = next((p.resource for p in PLUGINS if p.key == grant.plugin), "the MIG profile")
     share = f"{grant.share_mib} MiB per GPU ({resource})"
     if not used:
         if not grant.hard:

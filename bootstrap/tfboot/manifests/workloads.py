@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..deviceplugin import GPUSHARE, HAMI_PREFIX
+from ..node.deviceplugin import PLUGINS
 from .documents import quantity
 
 POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
@@ -37,7 +37,7 @@ class GpuGrant:
 
     count: int = 0
     share_mib: int | None = None  # GPU memory granted per GPU
-    plugin: str = ""  # "hami", "gpushare", "mig", or "" for whole GPUs
+    plugin: str = ""  # a device plugin's key (node.deviceplugin.PLUGINS), "mig", or ""
     hard: bool = False  # the share is enforced (HAMi, MIG); gpushare's is advisory
     plugin_env: dict[str, str] = field(default_factory=dict)
 
@@ -56,14 +56,12 @@ def device_count(limits: Mapping[str, Any], name: str) -> int:
 def gpu_grant(limits: Mapping[str, Any]) -> GpuGrant:
     """What ``limits`` grant: HAMi, gpushare, MIG slices or whole GPUs."""
     gpus = sum(device_count(limits, name) for name in DEVICE_COUNTS)
-    hami = _int_limit(limits, "nvidia.com/gpumem")
-    if hami:
-        count = gpus or 1
-        env = {f"{HAMI_PREFIX}{i}": f"{hami}m" for i in range(count)}
-        return GpuGrant(count, hami, "hami", True, env)
-    gpushare = _int_limit(limits, "aliyun.com/gpu-mem")
-    if gpushare:
-        return GpuGrant(1, gpushare * 1024, "gpushare", False, {GPUSHARE: str(gpushare)})
+    for plugin in PLUGINS:
+        amount = _int_limit(limits, plugin.resource) if plugin.resource else 0
+        if amount and plugin.grant_env is not None:
+            count = (gpus or 1) if plugin.hard else 1
+            env = plugin.grant_env(count, amount)
+            return GpuGrant(count, amount * plugin.unit_mib, plugin.key, plugin.hard, env)
     mig = [(n, int(m.group(1))) for n, m in _mig_resources(limits)]
     if mig:
         count = sum(n for n, _ in mig)

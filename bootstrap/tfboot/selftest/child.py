@@ -67,7 +67,7 @@ def measure(kind: str, args: Sequence[str]) -> dict[str, Any]:
     """Import TensorFlow, apply the environment, run measurement ``kind``."""
     import tensorflow as tf
 
-    from ..apply import apply
+    from ..executor import apply
 
     result = apply(tf)
     out: dict[str, Any] = {"kind": kind, "warnings": list(result.warnings)}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..frameworks import NAMES
+from ..budget.roles import NAMES
 from .rows import FAIL, PASS, SKIP, Verdict
 from .runner import Options, Report, RowResult, run_child
 

@@ -53,7 +53,7 @@ def _fill(framework: str, module: Any, cap_mib: int) -> dict[str, Any]:
 
 
 def _used() -> int:
-    from ..frameworks.nvml import read_inventory
+    from ..node.nvml import read_inventory
 
     return sum(read_inventory().used)
 

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..deviceplugin import mig_instances
-from ..nccl import readiness, why_needed
-from ..plan import GROWTH_ENV
+from ..adapters.tensorflow import GROWTH_ENV
+from ..node.deviceplugin import mig_instances
+from ..node.nccl import readiness, why_needed
 from ..settings import ALL_NAMES
 from . import tflog
 from .rows import FAIL, PASS, ROWS, SKIP, Context, Row, Verdict

@@ -11,13 +11,15 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from .apply import apply, last_result
-from .cpu import cpu_budget
-from .errors import ConfigError
-from .hostmem import PINNED_ENV, memory_budget
-from .nccl import readiness, why_needed
-from .plan import INTER_ENV, INTRA_ENV, DataDefaults, Plan
-from .report import Result
+from ..adapters import Plan
+from ..adapters.tensorflow import INTER_ENV, INTRA_ENV
+from ..budget.hostmemory import DataDefaults
+from ..errors import ConfigError
+from ..executor import apply, last_result
+from ..executor.result import Result
+from ..node.cpu import cpu_budget
+from ..node.hostmem import PINNED_ENV, memory_budget
+from ..node.nccl import readiness, why_needed
 
 
 def _logical_caps(
@@ -25,8 +27,8 @@ def _logical_caps(
 ) -> dict[str, int | None]:
     """Map each logical GPU name to its cap; logical ids follow the visible physical order."""
     caps: list[int | None] = []
-    for index in plan.visible(physical_count) if plan is not None else range(physical_count):
-        sizes = plan.gpu_logical_mb.get(index) if plan is not None else None
+    for index in plan.gpus_visible(physical_count) if plan is not None else range(physical_count):
+        sizes = plan.logical_mb.get(index) if plan is not None else None
         caps.extend(sizes or [None])
     return dict(zip(logical_gpus, caps + [None] * (len(logical_gpus) - len(caps)), strict=False))
 
@@ -47,8 +49,8 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
     ``frameworks``: what to import (JAX and PyTorch first, as Keras on them would); every
     JAX or PyTorch in the process then gets a section under ``frameworks``.
     """
-    from ._startup import without_tensorflow_hook
-    from .frameworks import doctor
+    from .._startup import without_tensorflow_hook
+    from . import frameworks as doctor
 
     errors = doctor.import_frameworks([f for f in frameworks if f != "tensorflow"])
     if "tensorflow" not in frameworks:
@@ -94,17 +96,20 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
         "problem": budget.problem or None,
     }
     plan = result.plan
+    host = plan.host if plan else None
     memory = memory_budget()
     report["host_memory"] = {
-        "limit_mib": plan.host_memory_mib if plan else None,
+        "limit_mib": host.limit_mib if host else None,
         "cgroup_limit_mib": memory.limit_mib,
         "cgroup_source": memory.source or None,
-        "tf_data": vars(plan.data) if plan and plan.data else None,
+        "tf_data": vars(host.data) if host and host.data else None,
         "pinned_mib": os.environ.get(PINNED_ENV),
         "problem": memory.problem or None,
     }
     gpus = len(physical["GPU"])
-    visible = len(plan.visible(gpus)) if plan else gpus  # physical GPUs: NCCL runs between them
+    visible = (
+        len(plan.gpus_visible(gpus)) if plan else gpus
+    )  # physical GPUs: NCCL runs between them
     cluster = result.cluster.identity.config if result.cluster is not None else None
     why = why_needed(visible, cluster.size if cluster else 0)
     report["nccl"] = {"needed": why, **readiness(why).to_dict()}
@@ -122,7 +127,7 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
         if k in os.environ
     }
     if verify:
-        from .verify import verify_gpus
+        from ..verify import verify_gpus
 
         report["verify"] = verify_gpus(tf, caps)
     report["frameworks"] = doctor.collect(errors)
@@ -131,7 +136,7 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
 
 def render(report: dict[str, Any]) -> str:
     """The report as text for a person."""
-    from .frameworks.doctor import render as render_frameworks
+    from .frameworks import render as render_frameworks
 
     if "tensorflow_version" not in report:
         return "\n".join(["tfboot doctor", *render_frameworks(report["frameworks"])])

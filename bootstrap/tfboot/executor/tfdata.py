@@ -20,9 +20,9 @@ import warnings
 from types import ModuleType
 from typing import Any
 
-from .plan import DataDefaults
+from ..adapters.tensorflow import DATA_HOOK as HOOK
+from ..budget.hostmemory import DataDefaults
 
-HOOK = "_apply_debug_options"  # the method every consumer of a dataset calls first
 MIB = 1 << 20
 
 

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .values import HUGE, digits
+from ..values import HUGE, digits
 
 
 @dataclass(frozen=True)

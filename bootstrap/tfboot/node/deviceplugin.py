@@ -18,11 +18,11 @@ total ``ALIYUN_COM_GPU_MEM_DEV`` larger than any GPU has in GiB).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from .errors import Problem
-from .values import digits
+from ..errors import Problem
+from ..values import digits
 
 HAMI_ALL = "CUDA_DEVICE_MEMORY_LIMIT"
 HAMI_PREFIX = "CUDA_DEVICE_MEMORY_LIMIT_"
@@ -149,31 +149,81 @@ def _tightest(limits: list[PluginLimit]) -> PluginLimit:
     return PluginLimit(min(defaults) if defaults else None, per_gpu, source)
 
 
+def _gpushare(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
+    """gpushare's advisory share: GiB, or MiB when the device total says the unit is MiB."""
+    if GPUSHARE not in env:
+        return None
+    value = env[GPUSHARE].strip()
+    device_total = digits(env.get(GPUSHARE_DEVICE, ""))
+    in_mib = device_total is not None and device_total >= _MAX_GIB
+    unit = "MiB" if in_mib else "GiB"
+    amount = digits(value) or 0
+    mib = amount if in_mib else amount * 1024
+    if not 0 < mib <= _MAX_MIB:
+        problems.append(
+            Problem(GPUSHARE, env[GPUSHARE], f"expected a positive integer ({unit}), at most 1 TiB")
+        )
+        return None
+    return PluginLimit(mib, {}, f"gpushare {GPUSHARE}={value} {unit}")
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One GPU-sharing device plugin: what it sets in the container, and what grants it."""
+
+    key: str  # how a manifest's grant names it
+    name: str  # how messages name it
+    variables: str  # the variables it sets, as messages list them
+    hard: bool  # enforced below the framework (the cap keeps headroom), or advisory
+    read: Callable[[Mapping[str, str], list[Problem]], PluginLimit | None]
+    resource: str = ""  # the Kubernetes resource that grants the share ("": none)
+    unit_mib: int = 1  # MiB per unit of that resource
+    # (GPUs granted, amount of the resource) -> the variables the plugin sets in the container
+    grant_env: Callable[[int, int], dict[str, str]] | None = None
+
+
+# Every plugin MEMORY_LIMIT_MB=auto reads: hard shares first, then advisory ones, in order.
+PLUGINS: tuple[Plugin, ...] = (
+    Plugin(
+        "hami",
+        "HAMi",
+        f"{HAMI_ALL}[_<i>]",
+        True,
+        _hami,
+        "nvidia.com/gpumem",
+        grant_env=lambda count, mib: {f"{HAMI_PREFIX}{i}": f"{mib}m" for i in range(count)},
+    ),
+    Plugin("mps", "MPS", MPS, True, _mps),
+    Plugin(
+        "gpushare",
+        "gpushare",
+        GPUSHARE,
+        False,
+        _gpushare,
+        "aliyun.com/gpu-mem",
+        1024,
+        lambda _count, gib: {GPUSHARE: str(gib)},
+    ),
+)
+
+
 def read_plugin_limit(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
     """The share a GPU-sharing device plugin gave this container, or None when none is set.
 
     Precedence: the hard shares (HAMi, MPS), the smaller per GPU when both are set; else
-    gpushare's advisory share.
+    the first advisory share (gpushare).
     """
-    hard = [found for found in (_hami(env, problems), _mps(env, problems)) if found is not None]
+    hard = [f for f in (p.read(env, problems) for p in PLUGINS if p.hard) if f is not None]
     if hard:
         return hard[0] if len(hard) == 1 else _tightest(hard)
-    if GPUSHARE in env:
-        value = env[GPUSHARE].strip()
-        device_total = digits(env.get(GPUSHARE_DEVICE, ""))
-        in_mib = device_total is not None and device_total >= _MAX_GIB
-        unit = "MiB" if in_mib else "GiB"
-        amount = digits(value) or 0
-        mib = amount if in_mib else amount * 1024
-        if not 0 < mib <= _MAX_MIB:
-            problems.append(
-                Problem(
-                    GPUSHARE, env[GPUSHARE], f"expected a positive integer ({unit}), at most 1 TiB"
-                )
-            )
-            return None
-        return PluginLimit(mib, {}, f"gpushare {GPUSHARE}={value} {unit}")
-    return None
+    advisory = (p.read(env, problems) for p in PLUGINS if not p.hard)
+    return next((found for found in advisory if found is not None), None)
+
+
+def looked_for() -> str:
+    """The plugins' variables, as an error about ``auto`` without a share lists them."""
+    named = [f"{p.variables} ({p.name})" for p in PLUGINS]
+    return ", ".join(named[:-1]) + " and " + named[-1]
 
 
 def mig_instances(env: Mapping[str, str]) -> list[str]:

@@ -27,6 +27,8 @@ class Readiness:
     shm_mib: int | None
     memlock_mib: int | None  # None: unlimited
     warnings: list[str] = field(default_factory=list)
+    memlock_kib: int | None = None  # the memlock limit in KiB, as the warning gives it
+    path: str = SHM  # where the shared memory was measured
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -35,9 +37,30 @@ class Readiness:
             "warnings": list(self.warnings),
         }
 
+    def warn(self, why: str | None) -> list[str]:
+        """The warnings when NCCL will run here (``why``: more GPUs, a cluster)."""
+        warnings: list[str] = []
+        if why is None:
+            return warnings
+        shm_mib, memlock = self.shm_mib, self.memlock_mib
+        if shm_mib is None or shm_mib < SHM_MIN_MIB:
+            size = "missing" if shm_mib is None else f"{shm_mib} MiB"
+            warnings.append(
+                f"NCCL: {why}, and {self.path} is {size}, below {SHM_MIN_MIB} MiB: NCCL's "
+                "all-reduce can fail on its shared memory; docker run --shm-size=1g, or under "
+                "Kubernetes mount an emptyDir with medium: Memory at /dev/shm"
+            )
+        if memlock is not None and memlock < MEMLOCK_MIN_MIB:
+            warnings.append(
+                f"NCCL: {why}, and the memlock limit is {self.memlock_kib} KiB, below "
+                f"{MEMLOCK_MIN_MIB} MiB: NCCL cannot pin its buffers; docker run --ulimit "
+                "memlock=-1, or raise the container runtime's LimitMEMLOCK"
+            )
+        return warnings
 
-def readiness(why: str | None, shm: str = SHM) -> Readiness:
-    """Measure both; warn when NCCL will run here (``why``: more GPUs, a cluster)."""
+
+def measure(shm: str = SHM) -> Readiness:
+    """``/dev/shm``'s size and the memlock limit, without warnings."""
     try:
         stat = os.statvfs(shm)
         shm_mib: int | None = stat.f_blocks * stat.f_frsize // MIB
@@ -45,23 +68,15 @@ def readiness(why: str | None, shm: str = SHM) -> Readiness:
         shm_mib = None
     soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     memlock = None if soft == resource.RLIM_INFINITY else soft // MIB
-    warnings: list[str] = []
-    if why is None:
-        return Readiness(shm_mib, memlock, warnings)
-    if shm_mib is None or shm_mib < SHM_MIN_MIB:
-        size = "missing" if shm_mib is None else f"{shm_mib} MiB"
-        warnings.append(
-            f"NCCL: {why}, and {shm} is {size}, below {SHM_MIN_MIB} MiB: NCCL's all-reduce "
-            "can fail on its shared memory; docker run --shm-size=1g, or under Kubernetes "
-            "mount an emptyDir with medium: Memory at /dev/shm"
-        )
-    if memlock is not None and memlock < MEMLOCK_MIN_MIB:
-        warnings.append(
-            f"NCCL: {why}, and the memlock limit is {soft // 1024} KiB, below "
-            f"{MEMLOCK_MIN_MIB} MiB: NCCL cannot pin its buffers; docker run --ulimit "
-            "memlock=-1, or raise the container runtime's LimitMEMLOCK"
-        )
-    return Readiness(shm_mib, memlock, warnings)
+    kib = None if memlock is None else soft // 1024
+    return Readiness(shm_mib, memlock, memlock_kib=kib, path=shm)
+
+
+def readiness(why: str | None, shm: str = SHM) -> Readiness:
+    """Measure both; warn when NCCL will run here (``why``: more GPUs, a cluster)."""
+    measured = measure(shm)
+    measured.warnings.extend(measured.warn(why))
+    return measured
 
 
 def why_needed(visible_gpus: int, cluster_size: int) -> str | None:

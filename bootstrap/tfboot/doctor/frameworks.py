@@ -13,9 +13,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ..budget.roles import NAMES
 from ..errors import ConfigError
-from . import NAMES
-from .apply import results
+from ..executor import results
 
 SHOWN_ENV = (
     "CUDA_VISIBLE_DEVICES",
@@ -51,7 +51,7 @@ def collect(errors: dict[str, str]) -> dict[str, dict[str, Any]]:
         result = found.get(module)
         section: dict[str, Any] = {"framework": NAMES[module], "error": errors.get(module)}
         if result is not None:
-            section |= result.to_dict()
+            section |= result.section()
             section["error"] = section["error"] or errors.get(module)
         if module in sys.modules:
             section |= _jax(sys.modules[module]) if module == "jax" else _torch(sys.modules[module])

@@ -1,0 +1,159 @@
+"""One adapter per framework, each of the same shape; and the plan they all return.
+
+An adapter is a module with:
+
+- ``MODULE``, ``NAME``: the module it configures and how messages name the framework;
+  ``QUALIFIED``: whether its messages carry that name (TensorFlow's, the first, do not);
+- ``READS``: the contract variables it reads (None: all of them);
+- ``PREFIX``: how its calls are shown in the log (``tf.config.``);
+- ``STAGES``: the hook points it uses, ``before`` and/or ``after`` the module's code runs;
+  the last one logs the result;
+- ``facts(stage, budget, read)``: what it needs to know of the framework, asked through
+  ``read`` (the executor's, the only code that touches a framework) and the node layer;
+- ``plan(stage, budget, facts)``: pure, the ``Plan`` for that hook point;
+- ``refused(described, exc, applied)``: the problem when the framework refuses a call.
+
+The executor (``tfboot.executor``) runs them; the start-up table maps module names to
+adapters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..budget.roles import RUNS_MODEL, Role
+from ..errors import ConfigError, Problem
+from ..settings import Settings
+from ..values import nonblank, shorten
+
+if TYPE_CHECKING:
+    from ..budget.hostmemory import HostMemory
+    from ..cluster.plan import ClusterPlan
+
+
+class Read(Protocol):
+    """The executor's reads of a framework: ``attr`` follows a path, ``call`` calls it."""
+
+    def attr(self, target: str, default: Any = None) -> Any: ...
+
+    def call(self, target: str, *args: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Item:
+    """An argument: item ``index`` of what ``target(*args)`` returns (a listed device)."""
+
+    target: str
+    args: tuple[Any, ...]
+    index: int
+
+
+@dataclass(frozen=True)
+class New:
+    """An argument: the object ``target(**kwargs)`` makes (a logical device configuration)."""
+
+    target: str
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of the plan: ``module.target(*args)``, shown as ``PREFIX + name`` in logs."""
+
+    target: str  # an attribute path under the module, such as "config.set_visible_devices"
+    args: tuple[Any, ...]  # plain values, Item, New, or lists of them
+    reason: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One of the executor's own operations on a framework (``executor.patches``), by name."""
+
+    name: str
+    args: tuple[Any, ...]
+    reason: str
+
+
+@dataclass
+class Plan:
+    """What one framework gets at one hook point, and why."""
+
+    framework: str
+    role: Role = RUNS_MODEL
+    environ: dict[str, str] = field(default_factory=dict)  # set first, in this order
+    calls: list[Call | Patch] = field(default_factory=list)  # then these, in order
+    decisions: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    # What the plan gives the devices, for reports: visible GPUs (None: all) of ``gpu_count``,
+    # the memory of each visible GPU's logical devices, and the host-memory budget.
+    gpu_count: int = 0
+    visible: tuple[int, ...] | None = None
+    logical_mb: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    cpu_logical: int | None = None  # logical CPUs on a host without GPUs
+    host: HostMemory | None = None
+    cluster: ClusterPlan | None = None
+
+    @property
+    def empty(self) -> bool:
+        """True when nothing is changed in the framework."""
+        return not self.decisions
+
+    def gpus_visible(self, gpu_count: int) -> range | tuple[int, ...]:
+        """The physical GPUs left visible, by index, of ``gpu_count`` listed."""
+        return range(gpu_count) if self.visible is None else self.visible
+
+    def local_replicas(self) -> int:
+        """Visible logical GPUs (visible GPUs x split), else 1 (CPU:0)."""
+        visible = self.gpus_visible(self.gpu_count)
+        return sum(len(self.logical_mb.get(i, ())) or 1 for i in visible) or 1
+
+    def refuse(self, settings: Settings, name: str, why: str) -> None:
+        """``name`` is set and this framework cannot apply it: an error when it runs the
+        model, a note when it only came along."""
+        if self.role.runs_model:
+            self.problems.append(
+                Problem(
+                    name,
+                    settings.given[name][0],
+                    why,
+                    f"unset {name} for this process",
+                    "cannot be applied",
+                )
+            )
+        else:
+            self.decisions.append(f"{settings.shown(name)} not applied: {why}")
+
+    def setenv(
+        self, env: Mapping[str, str], name: str, value: str, settings: Settings, variable: str
+    ) -> bool:
+        """Set ``name`` for the framework unless the process already set it otherwise."""
+        if not self.agrees(env, name, value, settings, variable):
+            return False
+        self.environ[name] = value
+        return True
+
+    def agrees(
+        self, env: Mapping[str, str], name: str, value: str, settings: Settings, variable: str
+    ) -> bool:
+        """False, with the problem recorded, when the process set ``name`` otherwise."""
+        current = nonblank(env, name)
+        if current is not None and current != value:
+            self.problems.append(
+                Problem(
+                    variable,
+                    settings.given[variable][0],
+                    f"it contradicts {name}={shorten(current)}, which {self.framework} reads",
+                    "set only one of them",
+                )
+            )
+            return False
+        return True
+
+    def check(self) -> None:
+        """Raise the refusals and contradictions found, all together."""
+        if self.problems:
+            raise ConfigError(self.problems)

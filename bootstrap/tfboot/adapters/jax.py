@@ -1,0 +1,240 @@
+"""JAX's plan: the contract as JAX's own environment variables and its CPU client's pool.
+
+Pure: no JAX import. Everything but the thread count is an environment variable JAX reads
+when it starts a backend, so it is set at ``import jax``, before JAX's code runs:
+
+- ``VISIBLE_GPU``: ``JAX_CUDA_VISIBLE_DEVICES`` (JAX's alone; other frameworks keep
+  theirs); ``none`` is ``JAX_PLATFORMS=cpu``.
+- ``MEMORY_LIMIT_MB``: ``XLA_CLIENT_MEM_FRACTION``, the cap over the GPU's total memory
+  (NVML), rounded down to 6 decimals so it never passes the cap.
+- ``MEMORY_GROWTH``: ``XLA_PYTHON_CLIENT_PREALLOCATE`` (``false`` grows on demand).
+- ``VIRTUAL_SPLIT`` on a host without GPUs: ``JAX_NUM_CPU_DEVICES``.
+- ``REQUIRE_GPU``: ``JAX_PLATFORMS=cuda``, so JAX fails instead of falling back to CPU.
+- ``CPU_THREADS``: the size of the CPU client's pool (see ``apply``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from importlib.util import find_spec
+from typing import Any
+
+from ..budget import FRAMEWORK_READS, Budget
+from ..budget.gpus import cap_over_gpu, cpu_split, gpu_required, unused_on_cpu
+from ..budget.roles import NAMES, Role, decide
+from ..errors import ConfigError, Problem
+from ..node.cuda import cuda_devices
+from ..node.nvml import read_inventory
+from ..settings import Settings
+from ..values import nonblank
+from . import Patch, Plan, Read
+
+MODULE = "jax"
+NAME = NAMES[MODULE]
+QUALIFIED = True
+READS = FRAMEWORK_READS
+PREFIX = "jax."
+STAGES = ("before", "after")
+REPORTED_BY = ""  # it reports its own invalid settings
+# JAX's CUDA plugins: without one JAX sees no GPU, whatever the node has.
+CUDA_PLUGINS = ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13")
+BRIDGE = "_src.xla_bridge"  # where JAX keeps its backend factories (jax/_src/xla_bridge.py)
+FRACTION_ENV = "XLA_CLIENT_MEM_FRACTION"
+OLD_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"  # JAX's deprecated name, still read
+PREALLOCATE_ENV = "XLA_PYTHON_CLIENT_PREALLOCATE"
+ALLOCATOR_ENV = "XLA_PYTHON_CLIENT_ALLOCATOR"
+PLATFORMS_ENV = "JAX_PLATFORMS"
+VISIBLE_ENV = "JAX_CUDA_VISIBLE_DEVICES"
+CPU_DEVICES_ENV = "JAX_NUM_CPU_DEVICES"
+DECIMALS = 6
+
+
+def fraction_text(cap_mib: int, total_bytes: int) -> str:
+    """``cap / total`` rounded down to ``DECIMALS`` places, as JAX parses it."""
+    scaled = cap_mib * (1 << 20) * 10**DECIMALS // total_bytes
+    return f"{scaled // 10**DECIMALS}.{scaled % 10**DECIMALS:0{DECIMALS}d}"
+
+
+def role(importing: Sequence[str], taken: Sequence[str], backend: Callable[[], str]) -> Role:
+    """JAX runs the model, or came along with TensorFlow or Keras on another backend."""
+    return decide(MODULE, importing, backend)
+
+
+def facts(stage: str, budget: Budget, read: Read) -> dict[str, Any]:
+    """``before``: each GPU's total bytes, as JAX will list them; ``after``: whether its CPU
+    client can still be sized."""
+    if stage == "after":
+        return {"pool": _pool_problem(read)}
+    totals = _gpus(budget.env) if budget.settings.device_given() else ()
+    return {"totals": totals, "narrowed": cuda_devices(budget.env, len(totals))[1]}
+
+
+def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
+    """``before``: JAX's environment; ``after``: its CPU client's pool."""
+    if stage == "after":
+        return _pool(budget, facts["pool"])
+    return plan_jax(budget, facts["totals"], facts["narrowed"])
+
+
+def plan_jax(budget: Budget, totals: tuple[int, ...], narrowed: bool = False) -> Plan:
+    """JAX's environment; ``totals``: total bytes of each GPU JAX will list (none: no GPU).
+
+    ``narrowed``: CUDA_VISIBLE_DEVICES already holds only the visible GPUs (set for PyTorch).
+    """
+    settings, env = budget.settings, budget.env
+    plan = Plan(NAME, budget.role)
+    _refusals(plan, settings)
+    gpu_count = len(totals)
+    if gpu_count and settings.visible_gpu != ():
+        _plan_gpus(plan, budget, totals, narrowed)
+    else:
+        hidden = gpu_count > 0
+        if settings.require_gpu and plan.role.runs_model:
+            raise gpu_required(settings, hidden, f"{NAME} finds no GPU")
+        warning = unused_on_cpu(settings, sizes=False, required=False)
+        if warning and not hidden and plan.role.runs_model:
+            plan.warnings.append(warning)
+        if gpu_count and plan.setenv(env, PLATFORMS_ENV, "cpu", settings, "VISIBLE_GPU"):  # none
+            plan.decisions.append(f"no GPU: {PLATFORMS_ENV}=cpu ({settings.shown('VISIBLE_GPU')})")
+        count = cpu_split(settings)
+        if count > 1 and plan.setenv(env, CPU_DEVICES_ENV, str(count), settings, "VIRTUAL_SPLIT"):
+            why = settings.shown("VIRTUAL_SPLIT")
+            plan.cpu_logical = count
+            plan.decisions.append(f"{count} CPU devices via {CPU_DEVICES_ENV} ({why}, no GPU)")
+    plan.warnings += budget.threads(NAME).warnings
+    plan.check()
+    return plan
+
+
+def _pool(budget: Budget, problem: str | None) -> Plan:
+    """JAX's CPU client with the thread budget's pool, when it can still be sized."""
+    plan = Plan(NAME, budget.role)
+    threads = budget.threads(NAME)
+    if threads.count is None:
+        return plan
+    if problem is not None:
+        plan.warnings.append(problem)
+        return plan
+    plan.decisions.append(f"CPU client pool {threads.count} threads ({threads.why})")
+    plan.calls.append(Patch("jax cpu pool", (threads.count,), plan.decisions[-1]))
+    return plan
+
+
+def _pool_problem(read: Read) -> str | None:
+    """Why JAX's CPU client cannot be sized, or None."""
+    registry = read.attr(f"{BRIDGE}._backend_factories")
+    if not isinstance(registry, dict) or "cpu" not in registry:
+        return (
+            "CPU_THREADS not applied to JAX: this JAX has no CPU client to size "
+            f"(no jax.{BRIDGE}._backend_factories['cpu'])"
+        )
+    if read.attr(f"{BRIDGE}._backends"):
+        return "CPU_THREADS not applied to JAX: its backends had already started"
+    return None
+
+
+def _gpus(env: Mapping[str, str]) -> tuple[int, ...]:
+    """Total bytes of each GPU JAX will list: none without a CUDA plugin or NVML."""
+    try:
+        plugin = any(find_spec(name) is not None for name in CUDA_PLUGINS)
+    except (ImportError, ValueError):
+        plugin = False
+    if not plugin:
+        return ()
+    inventory = read_inventory(env)
+    listed = cuda_devices(env, inventory.count)[0]
+    if not inventory.totals:
+        return ()
+    # CUDA's order need not be NVML's: each GPU is taken as the largest, so the fraction
+    # never gives a GPU more than the cap.
+    return (max(inventory.totals),) * len(listed)
+
+
+def _refusals(plan: Plan, settings: Settings) -> None:
+    for name, why in (
+        ("SOFT_PLACEMENT", "JAX places each computation itself; soft placement is TensorFlow's"),
+        (
+            "LOG_DEVICE_PLACEMENT",
+            "TensorFlow's placement log; JAX logs compilations with JAX_LOG_COMPILES",
+        ),
+    ):
+        if name in settings.given:
+            plan.refuse(settings, name, why)
+    if settings.xla_jit is False:
+        plan.refuse(
+            settings,
+            "XLA_JIT",
+            "JAX always compiles with XLA (jax.disable_jit is a debugging switch)",
+        )
+    elif settings.xla_jit:
+        plan.decisions.append(f"XLA JIT: always on in JAX ({settings.shown('XLA_JIT')})")
+    if settings.distributed != "off":
+        plan.refuse(
+            settings,
+            "DISTRIBUTED",
+            "it builds TensorFlow's TF_CONFIG; JAX starts a "
+            "cluster with jax.distributed.initialize()",
+        )
+
+
+def _plan_gpus(plan: Plan, budget: Budget, totals: tuple[int, ...], narrowed: bool) -> None:
+    settings, env = budget.settings, budget.env
+    gpus = budget.gpus(len(totals), f"{NAME} will list")
+    visible = gpus.visible
+    if visible is not None and not narrowed:
+        listed = ",".join(map(str, visible))
+        if plan.setenv(env, VISIBLE_ENV, listed, settings, "VISIBLE_GPU"):
+            why = settings.shown("VISIBLE_GPU")
+            plan.decisions.append(f"GPUs {list(visible)} visible via {VISIBLE_ENV} ({why})")
+    elif visible is not None:
+        plan.decisions.append(
+            f"GPUs {list(visible)} visible: CUDA_VISIBLE_DEVICES already narrowed for PyTorch"
+        )
+    if settings.require_gpu and plan.role.runs_model and nonblank(env, PLATFORMS_ENV) is None:
+        plan.environ[PLATFORMS_ENV] = "cuda"
+        plan.decisions.append(
+            f"{PLATFORMS_ENV}=cuda: no CPU fallback ({settings.shown('REQUIRE_GPU')})"
+        )
+    split = settings.virtual_split
+    if split != 1:
+        plan.refuse(settings, "VIRTUAL_SPLIT", "JAX has no logical GPUs: one device per GPU")
+    caps = gpus.caps
+    if caps and all(c is not None for c in caps):
+        _plan_cap(plan, settings, min(c for c in caps if c is not None), max(totals), env)
+    growth = settings.memory_growth
+    if growth is not None and plan.setenv(
+        env, PREALLOCATE_ENV, str(not growth).lower(), settings, "MEMORY_GROWTH"
+    ):
+        how = "grows on demand" if growth else "preallocated"
+        plan.decisions.append(
+            f"memory {how} via {PREALLOCATE_ENV}={plan.environ[PREALLOCATE_ENV]} "
+            f"({settings.shown('MEMORY_GROWTH')})"
+        )
+
+
+def _plan_cap(plan: Plan, settings: Settings, cap: int, total: int, env: Mapping[str, str]) -> None:
+    total_mib = total >> 20
+    if cap > total_mib:
+        raise ConfigError(
+            cap_over_gpu(settings.given["MEMORY_LIMIT_MB"][0], cap, total_mib, "the GPU")
+        )
+    fraction = fraction_text(cap, total)
+    if not plan.agrees(env, OLD_FRACTION_ENV, fraction, settings, "MEMORY_LIMIT_MB"):
+        return
+    if not plan.setenv(env, FRACTION_ENV, fraction, settings, "MEMORY_LIMIT_MB"):
+        return
+    plan.decisions.append(
+        f"memory capped at {FRACTION_ENV}={fraction} of {total_mib} MiB "
+        f"({settings.shown('MEMORY_LIMIT_MB')})"
+    )
+    allocator = nonblank(env, ALLOCATOR_ENV)
+    if allocator is not None and allocator.lower() == "platform":
+        plan.warnings.append(
+            f"{ALLOCATOR_ENV}={allocator}: JAX then ignores {FRACTION_ENV}, so the cap does not "
+            f"hold; unset {ALLOCATOR_ENV}"
+        )
+
+
+def refused(described: str, exc: Exception, applied: list[str]) -> Problem:
+    """JAX's plan makes no call that can be refused; a refusal is still named."""
+    return Problem("", None, f"JAX refused {described} ({exc})")

@@ -1,0 +1,185 @@
+"""PyTorch's plan: ``CUDA_VISIBLE_DEVICES``, the caching allocator's cap, and its two pools.
+
+Pure: no PyTorch import. PyTorch starts CUDA at its first CUDA call, not at import, so
+everything is applied at ``import torch``:
+
+- ``VISIBLE_GPU``: ``CUDA_VISIBLE_DEVICES`` narrowed to the chosen GPUs. PyTorch has no
+  other way, and the variable is the process's: other frameworks see the same GPUs.
+- ``MEMORY_LIMIT_MB``: ``torch.cuda.set_per_process_memory_fraction`` on each GPU, as the
+  cap over that GPU's total memory, set when CUDA starts.
+- ``MEMORY_GROWTH=true`` is what PyTorch's caching allocator always does; ``false``
+  (preallocate) is refused.
+- ``CPU_THREADS``: ``torch.set_num_threads`` (unless ``OMP_NUM_THREADS`` is set, which
+  PyTorch reads itself) and ``torch.set_num_interop_threads``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..budget import FRAMEWORK_READS, Budget
+from ..budget.gpus import gpu_required, unused_on_cpu
+from ..budget.roles import NAMES, Role, decide
+from ..errors import ConfigError, Problem
+from ..node.cuda import CUDA_VISIBLE, CUDA_VISIBLE_BASE, UNSET, cuda_devices
+from ..node.nvml import read_inventory
+from ..settings import Settings
+from ..values import nonblank
+from . import Call, Patch, Plan, Read
+
+MODULE = "torch"
+NAME = NAMES[MODULE]
+QUALIFIED = True
+READS = FRAMEWORK_READS
+PREFIX = "torch."
+STAGES = ("before", "after")
+REPORTED_BY = ""  # it reports its own invalid settings
+OMP_ENV = "OMP_NUM_THREADS"
+
+
+def role(importing: Sequence[str], taken: Sequence[str], backend: Callable[[], str]) -> Role:
+    """PyTorch runs the model, or came along with TensorFlow or Keras on another backend."""
+    return decide(MODULE, importing, backend)
+
+
+def facts(stage: str, budget: Budget, read: Read) -> dict[str, Any]:
+    """``after``: the devices CUDA will list on a CUDA build, and whether CUDA started."""
+    if stage != "after":
+        return {}
+    cuda_build = read.attr("version.cuda") is not None
+    devices: list[str] = []
+    if cuda_build and budget.settings.device_given():
+        devices = cuda_devices(budget.env, read_inventory(budget.env).count)[0]
+    return {"devices": devices, "started": bool(read.call("cuda.is_initialized"))}
+
+
+def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
+    """``before``: what PyTorch cannot apply, refused before its code runs; ``after``: the
+    plan, applied before CUDA starts."""
+    if stage == "before":
+        refusals_only = Plan(NAME, budget.role)
+        refusals(refusals_only, budget.settings)
+        return refusals_only
+    made = plan_torch(budget, facts["devices"])
+    if facts["started"]:
+        raise ConfigError(
+            Problem(
+                "",
+                None,
+                "PyTorch's CUDA had already started before tfboot applied the configuration",
+                "set the variables before the first CUDA call",
+            )
+        )
+    return made
+
+
+def plan_torch(budget: Budget, devices: list[str]) -> Plan:
+    """PyTorch's plan; ``devices``: what CUDA lists before narrowing (see ``cuda_devices``)."""
+    settings, env = budget.settings, budget.env
+    plan = Plan(NAME, budget.role)
+    refusals(plan, settings)
+    caps = None
+    if devices and settings.visible_gpu != ():
+        caps = _plan_gpus(plan, budget, devices)
+    else:
+        hidden = bool(devices)
+        if settings.require_gpu and plan.role.runs_model:
+            raise gpu_required(settings, hidden, f"{NAME} finds no GPU")
+        warning = unused_on_cpu(settings, sizes=False, required=False)
+        if warning and not hidden and plan.role.runs_model:
+            plan.warnings.append(warning)
+        if devices:
+            _narrow(plan, env, "")
+            plan.decisions.append(f"no GPU: {CUDA_VISIBLE}= ({settings.shown('VISIBLE_GPU')})")
+    threads = budget.threads(NAME)
+    plan.warnings += threads.warnings
+    if threads.count is not None:
+        if nonblank(env, OMP_ENV) is None:
+            plan.decisions.append(f"intra-op threads {threads.count} ({threads.why})")
+            plan.calls.append(_threads("set_num_threads", threads.count, plan.decisions[-1]))
+        else:
+            plan.decisions.append(f"intra-op threads left to {OMP_ENV}={env[OMP_ENV]} (explicit)")
+        plan.decisions.append(f"inter-op threads {threads.count} ({threads.why})")
+        plan.calls.append(_threads("set_num_interop_threads", threads.count, plan.decisions[-1]))
+    if caps is not None:
+        plan.calls.append(caps)  # queued for CUDA's start, after the pools are sized
+    plan.check()
+    return plan
+
+
+def _threads(name: str, count: int, reason: str) -> Call:
+    return Call(name, (count,), reason, name)
+
+
+def refused(described: str, exc: Exception, applied: list[str]) -> Problem:
+    """PyTorch refuses a thread count once its pools have started."""
+    return Problem(
+        "CPU_THREADS",
+        None,
+        f"PyTorch refused its thread count ({exc})",
+        "set the variables before PyTorch's first parallel work",
+    )
+
+
+def refusals(plan: Plan, settings: Settings) -> None:
+    """What PyTorch cannot apply (checked before its code runs, and again in the plan)."""
+    for name, why in (
+        ("SOFT_PLACEMENT", "PyTorch runs each operation where its tensors are"),
+        ("LOG_DEVICE_PLACEMENT", "TensorFlow's placement log; PyTorch has none"),
+        ("XLA_JIT", "PyTorch does not compile with XLA; torch.compile is chosen in the code"),
+    ):
+        if name in settings.given:
+            plan.refuse(settings, name, why)
+    if settings.distributed != "off":
+        plan.refuse(
+            settings,
+            "DISTRIBUTED",
+            "it builds TensorFlow's TF_CONFIG; torchrun and "
+            "torch.distributed read their own variables",
+        )
+    if settings.virtual_split != 1:
+        plan.refuse(settings, "VIRTUAL_SPLIT", "PyTorch has no logical devices")
+    if settings.memory_growth is False:
+        plan.refuse(
+            settings,
+            "MEMORY_GROWTH",
+            "PyTorch's caching allocator always allocates on demand and cannot preallocate",
+        )
+
+
+def _narrow(plan: Plan, env: Mapping[str, str], chosen: str) -> None:
+    """Narrow ``CUDA_VISIBLE_DEVICES``, keeping what it was before the first narrowing."""
+    plan.environ[CUDA_VISIBLE] = chosen
+    plan.environ[CUDA_VISIBLE_BASE] = env.get(CUDA_VISIBLE_BASE) or env.get(CUDA_VISIBLE, UNSET)
+
+
+def _plan_gpus(plan: Plan, budget: Budget, devices: list[str]) -> Patch | None:
+    """Narrow the visible devices; each one's cap, by CUDA ordinal, set when CUDA starts."""
+    settings, env = budget.settings, budget.env
+    gpus = budget.gpus(len(devices), f"{NAME} will list")
+    visible = gpus.visible
+    if visible is not None:
+        chosen = ",".join(devices[i] for i in visible)
+        _narrow(plan, env, chosen)
+        plan.decisions.append(
+            f"GPUs {list(visible)} visible via {CUDA_VISIBLE}={chosen} "
+            f"({settings.shown('VISIBLE_GPU')})"
+        )
+    caps = {ordinal: cap for ordinal, cap in enumerate(gpus.caps) if cap is not None}
+    if caps:
+        shown = ", ".join(f"cuda:{o} {c} MiB" for o, c in caps.items())
+        plan.decisions.append(
+            f"caching allocator capped at {shown} via set_per_process_memory_fraction "
+            f"({settings.shown('MEMORY_LIMIT_MB')})"
+        )
+    patch = None
+    if caps:
+        given = settings.given["MEMORY_LIMIT_MB"][0]
+        patch = Patch("torch caps", (caps, given), plan.decisions[-1])
+    if settings.memory_growth:
+        plan.decisions.append(
+            f"memory grows on demand, as PyTorch's caching allocator always does "
+            f"({settings.shown('MEMORY_GROWTH')})"
+        )
+    return patch

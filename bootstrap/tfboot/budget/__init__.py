@@ -1,0 +1,88 @@
+"""The budget: the framework-neutral decisions every framework's plan is made from.
+
+A ``Budget`` holds the validated settings, what the node gives (the CPU quota, the
+memory limit) and the framework's role in the process; from them it decides the thread
+count, the host-memory budget, the GPUs and caps for a framework's device list, and the
+cluster, each with its reason. Pure apart from reading the node's cgroup files once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..node.cpu import CpuBudget, cpu_budget
+from ..node.hostmem import MemoryBudget, memory_budget
+from ..settings import Settings
+from .gpus import Gpus, gpu_budget
+from .hostmemory import HostMemory, host_memory
+from .roles import RUNS_MODEL, Role
+from .threads import Threads, thread_budget
+
+if TYPE_CHECKING:
+    from ..cluster.plan import ClusterPlan
+
+NO_LIMIT = MemoryBudget(None, "")
+# What the frameworks beside TensorFlow (JAX, PyTorch) read: the device budget, and what
+# they must refuse by name. MIXED_PRECISION is Keras's, HOST_MEMORY_LIMIT_MB tf.data's,
+# LOADER_GPU TensorFlow's.
+FRAMEWORK_READS = frozenset(
+    {
+        "VISIBLE_GPU",
+        "MEMORY_LIMIT_MB",
+        "VIRTUAL_SPLIT",
+        "MEMORY_GROWTH",
+        "CPU_THREADS",
+        "REQUIRE_GPU",
+        "SOFT_PLACEMENT",
+        "LOG_DEVICE_PLACEMENT",
+        "XLA_JIT",
+        "DISTRIBUTED",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The settings and the node's limits, for one framework in its role."""
+
+    settings: Settings
+    env: Mapping[str, str]
+    cpu: CpuBudget
+    memory: MemoryBudget = NO_LIMIT  # read only under HOST_MEMORY_LIMIT_MB=auto
+    role: Role = RUNS_MODEL
+
+    def threads(self, framework: str) -> Threads:
+        """Threads per pool (``framework`` names whose default is kept, in a warning)."""
+        return thread_budget(self.settings, self.cpu, framework)
+
+    def host(self) -> HostMemory:
+        """The host-memory limit in force and tf.data's defaults."""
+        return host_memory(self.settings, self.cpu, self.memory)
+
+    def gpus(self, count: int, lists: str) -> Gpus:
+        """The visible GPUs of ``count`` listed, and their caps (``lists``: who lists them)."""
+        return gpu_budget(self.settings, count, lists)
+
+    def cluster(self, replicas: int | None = None, cpu_split: int | None = None) -> ClusterPlan:
+        """This task's place in the cluster (``DISTRIBUTED`` must not be off)."""
+        from ..cluster.plan import plan_cluster
+
+        assert self.settings.cluster is not None
+        return plan_cluster(
+            self.settings.distributed, self.settings.cluster, self.env, replicas, cpu_split
+        )
+
+
+def make_budget(
+    settings: Settings,
+    env: Mapping[str, str],
+    role: Role = RUNS_MODEL,
+    cpu: CpuBudget | None = None,
+    memory: MemoryBudget | None = None,
+) -> Budget:
+    """The budget; ``cpu`` and ``memory`` are read from the node unless given."""
+    if memory is None:
+        memory = memory_budget(env) if settings.host_memory == "auto" else NO_LIMIT
+    return Budget(settings, env, cpu_budget(env) if cpu is None else cpu, memory, role)

@@ -1,0 +1,85 @@
+"""The host-memory budget behind ``HOST_MEMORY_LIMIT_MB``: the limit in force, tf.data's
+autotune defaults and the pinned host memory, each with its reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..node.cpu import CpuBudget
+from ..node.hostmem import PINNED_SHARE, RAM_SHARE, MemoryBudget
+from ..settings import Settings
+
+TF_INITIAL_PARALLELISM = 16  # tf.data's initial parallelism per autotuned transformation
+
+
+@dataclass(frozen=True)
+class DataDefaults:
+    """tf.data autotune options every pipeline gets; a pipeline's own options win.
+
+    None where tfboot leaves TensorFlow's default.
+    """
+
+    ram_budget_mib: int | None = None
+    cpu_budget: int | None = None
+    initial_parallelism: int | None = None
+
+    def describe(self) -> str:
+        parts = [
+            f"{label} {value}{unit}"
+            for label, value, unit in (
+                ("RAM budget", self.ram_budget_mib, " MiB"),
+                ("CPU budget", self.cpu_budget, ""),
+                ("initial parallelism", self.initial_parallelism, ""),
+            )
+            if value is not None
+        ]
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """What ``HOST_MEMORY_LIMIT_MB`` and the CPU budget give: the limit and tf.data's defaults."""
+
+    limit_mib: int | None
+    origin: str  # where the limit came from, for the log line
+    data: DataDefaults | None  # None: TensorFlow's defaults
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def pinned_mib(self) -> int | None:
+        """The pinned host memory a GPU may take: a share of the limit (None: no limit)."""
+        return None if self.limit_mib is None else max(1, self.limit_mib // PINNED_SHARE)
+
+
+def host_memory(settings: Settings, cpu: CpuBudget, memory: MemoryBudget) -> HostMemory:
+    """The limit in force and the tf.data defaults derived from it and the CPU budget."""
+    choice = settings.host_memory
+    if choice == "host":
+        return HostMemory(None, settings.shown("HOST_MEMORY_LIMIT_MB"), None)
+    if isinstance(choice, int):
+        limit, origin = choice, settings.shown("HOST_MEMORY_LIMIT_MB")
+    else:
+        limit = memory.limit_mib
+        origin = f"HOST_MEMORY_LIMIT_MB=auto: {limit} MiB from {memory.source}"
+    cpus = _data_cpus(settings, cpu)
+    ram = max(1, limit // RAM_SHARE) if limit is not None else None
+    initial = cpus if cpus is not None and cpus < TF_INITIAL_PARALLELISM else None
+    if ram is None and cpus is None:
+        return HostMemory(None, "no memory limit or CPU quota found", None)
+    reasons = []
+    if ram is not None:
+        reasons.append(f"RAM a quarter of {origin}")
+    if cpus is not None:
+        reasons.append(
+            f"CPUs {settings.shown('CPU_THREADS')}"
+            if isinstance(settings.cpu_threads, int)
+            else f"CPUs the quota's, {cpu.quota:g} from {cpu.quota_source}, rounded up"
+        )
+    return HostMemory(limit, origin, DataDefaults(ram, cpus, initial), tuple(reasons))
+
+
+def _data_cpus(settings: Settings, cpu: CpuBudget) -> int | None:
+    """tf.data's CPU budget: the threads CPU_THREADS gives (a count, or the quota's CPUs)."""
+    if isinstance(settings.cpu_threads, int):
+        return settings.cpu_threads
+    return cpu.threads if settings.cpu_threads == "auto" else None

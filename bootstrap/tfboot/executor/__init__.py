@@ -1,0 +1,257 @@
+"""The executor: the only code that writes ``os.environ`` or calls into a framework.
+
+For each hook point of an adapter (``run``): the settings are resolved (or taken from the
+validate-then-reuse cache, when the environment is unchanged since the adapter's earlier
+hook point), the framework's role decided, the budget made, the framework's facts read
+through ``Reader``, the adapter's pure plan made, then carried out: its environment, then
+its calls and patches, in order. A bad value or a refusal goes through ``fail``, the one
+raise-or-warn; the last hook point logs the one ``Result``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+from ..adapters import Call, Item, New, Patch, Plan
+from ..budget import Budget, make_budget
+from ..budget.roles import RUNS_MODEL, Role
+from ..errors import ConfigError
+from ..node.kerasconfig import keras_backend
+from ..settings import DISABLE, LOG, ON_ERROR, disabled, read_control, resolve
+from .patches import PATCHES
+from .result import Result, emit, log
+
+_lock = threading.RLock()
+_results: dict[str, Result] = {}  # module name -> what its framework got
+_partial: dict[str, Result] = {}  # module name -> what its earlier hook points did
+_roles: dict[str, Role] = {}  # module name -> its role, decided at its first import
+# The validate-then-reuse cache: module name -> (the environment, the budget) after its
+# earlier hook point, reused by the next one while the environment is the same.
+_checked: dict[str, tuple[dict[str, str], Budget]] = {}
+
+
+def last_result() -> Result | None:
+    """The result of the TensorFlow configuration applied in this process, if any."""
+    return _results.get("tensorflow")
+
+
+def results() -> dict[str, Result]:
+    """What each framework got in this process, by module name."""
+    return dict(_results)
+
+
+class Reader:
+    """Reads a framework module's attributes and calls, each call made once per run."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+        self._called: dict[tuple[str, tuple[Any, ...]], Any] = {}
+
+    def attr(self, target: str, default: Any = None) -> Any:
+        """The attribute at ``target``, a dotted path under the module, or ``default``."""
+        node: Any = self.module
+        for name in target.split("."):
+            node = getattr(node, name, _MISSING)
+            if node is _MISSING:
+                return default
+        return node
+
+    def call(self, target: str, *args: Any) -> Any:
+        key = (target, args)
+        if key not in self._called:
+            self._called[key] = self.function(target)(*args)
+        return self._called[key]
+
+    def function(self, target: str) -> Any:
+        found = self.attr(target, _MISSING)
+        if found is _MISSING:
+            raise AttributeError(f"{self.module.__name__}.{target}")
+        return found
+
+    def materialize(self, arg: Any) -> Any:
+        """A plan's argument as the framework's object."""
+        if isinstance(arg, list):
+            return [self.materialize(a) for a in arg]
+        if isinstance(arg, Item):
+            return self.call(arg.target, *arg.args)[arg.index]
+        if isinstance(arg, New):
+            return self.function(arg.target)(**dict(arg.kwargs))
+        return arg
+
+
+_MISSING = object()
+
+
+def run(
+    adapter: Any,
+    stage: str,
+    module: ModuleType,
+    name: str = "",
+    importing: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+) -> Result | None:
+    """Carry out ``adapter``'s plan for hook point ``stage`` of ``module`` (imported as
+    ``name``, while ``importing`` are being imported); the result once it is complete."""
+    env = os.environ if env is None else env
+    name = name or adapter.MODULE
+    if stage not in adapter.STAGES or disabled(env):
+        return None
+    with _lock:
+        if name in _results:
+            return _results[name]
+        role = _role(adapter, name, env, importing)
+        try:
+            budget = _budget(adapter, name, env, role)
+            reader = Reader(module)
+            plan = adapter.plan(stage, budget, adapter.facts(stage, budget, reader))
+            plan.check()
+            calls = execute(adapter, plan, reader)
+        except ConfigError as exc:
+            return fail(adapter, name, env, exc, role)
+        result = _merge(_partial.pop(name, None), adapter, budget, plan, calls)
+        if stage != adapter.STAGES[-1]:
+            _partial[name] = result
+            _checked[name] = (dict(env), budget)
+            return None
+        _checked.pop(name, None)
+        _results[name] = result
+        log(result, _level(env))
+        return result
+
+
+def _role(adapter: Any, name: str, env: Mapping[str, str], importing: Sequence[str]) -> Role:
+    """The framework's role, decided at its first hook point and kept."""
+    if name not in _roles:
+        taken = [m for m, r in _roles.items() if r.runs_model and m in sys.modules and m != name]
+        role = adapter.role(importing, taken, lambda: keras_backend(env))
+        if role is None:
+            return RUNS_MODEL
+        _roles[name] = role
+    return _roles[name]
+
+
+def _budget(adapter: Any, name: str, env: Mapping[str, str], role: Role) -> Budget:
+    """The budget the earlier hook point made, if the environment is the same; else anew."""
+    checked = _checked.pop(name, None)
+    if checked is not None and checked[0] == env:
+        return checked[1]
+    return make_budget(resolve(env, adapter.READS), env, role)
+
+
+def _merge(
+    earlier: Result | None, adapter: Any, budget: Budget, plan: Plan, calls: list[str]
+) -> Result:
+    """One result for the framework, its earlier hook points' plan extended by this one's."""
+    if earlier is None or earlier.plan is None:
+        return Result(adapter.NAME, settings=budget.settings, plan=plan, calls=calls,
+                      warnings=list(plan.warnings), role=budget.role,
+                      qualified=adapter.QUALIFIED)  # fmt: skip
+    earlier.plan.decisions += plan.decisions
+    earlier.plan.warnings += plan.warnings
+    earlier.warnings += plan.warnings
+    earlier.calls += calls
+    return earlier
+
+
+def execute(adapter: Any, plan: Plan, reader: Reader) -> list[str]:
+    """Carry out the plan: its environment, then its calls in order; describe each."""
+    calls: list[str] = []
+    for variable, value in plan.environ.items():
+        os.environ[variable] = value
+        calls.append(f"os.environ[{variable!r}] = {value!r}")
+    for step in plan.calls:
+        if isinstance(step, Patch):
+            described = PATCHES[step.name](reader.module, *step.args)
+            calls += [described] if described else []
+            continue
+        calls.append(_call(adapter, step, reader, calls))
+    return calls
+
+
+def _call(adapter: Any, call: Call, reader: Reader, applied: list[str]) -> str:
+    args = tuple(reader.materialize(a) for a in call.args)
+    described = f"{adapter.PREFIX}{call.name}({', '.join(_describe(a) for a in args)})"
+    try:
+        reader.function(call.target)(*args)
+    except RuntimeError as exc:
+        raise ConfigError(adapter.refused(described, exc, list(applied))) from None
+    return described
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_describe(v) for v in value) + "]"
+    name = getattr(value, "name", None)
+    if isinstance(name, str):
+        return name
+    limit = getattr(value, "memory_limit", "missing")
+    if limit != "missing":
+        return f"LogicalDeviceConfiguration(memory_limit={limit})"
+    return repr(value)
+
+
+def fail(
+    adapter: Any, name: str, env: Mapping[str, str], exc: ConfigError, role: Role
+) -> Result | None:
+    """The one raise-or-warn: fail the framework's import, naming it when it is not
+    TensorFlow; under ``TFBOOT_ON_ERROR=warn`` warn once and keep the defaults.
+
+    A framework that came along with another never fails that import: the framework that
+    runs the model reports the problem, and this one's is a debug line. Keras leaves its
+    problem to TensorFlow when TensorFlow is loaded.
+    """
+    reporter = adapter.REPORTED_BY
+    if reporter and (reporter in _results or reporter in sys.modules):
+        return None
+    error = ConfigError(exc.problems, adapter.NAME) if adapter.QUALIFIED else exc
+    try:
+        mode = read_control(env, ON_ERROR) if role.runs_model else "debug"
+    except ConfigError:
+        mode = "raise"
+    if mode == "raise":
+        raise error from None
+    if mode == "warn" or _level(env) == "debug":
+        kind = "warning" if mode == "warn" else "debug"
+        emit(kind, f"invalid configuration, {adapter.NAME} keeps its defaults: {error}")
+    _partial.pop(name, None)
+    _checked.pop(name, None)
+    _results[name] = Result(adapter.NAME, error=str(error), role=role, qualified=adapter.QUALIFIED)
+    return _results[name]
+
+
+def _level(env: Mapping[str, str]) -> str:
+    """``TFBOOT_LOG``; an invalid value (reported with the settings) counts as info."""
+    try:
+        return str(read_control(env, LOG))
+    except ConfigError:
+        return "info"
+
+
+def apply(tf: ModuleType | None = None, env: Mapping[str, str] | None = None) -> Result:
+    """Configure TensorFlow from the environment once per process; return what was done.
+
+    Raises ``ConfigError`` on invalid configuration unless ``TFBOOT_ON_ERROR=warn``.
+    """
+    from ..adapters import tensorflow as adapter
+
+    env = os.environ if env is None else env
+    with _lock:
+        if "tensorflow" not in _results and disabled(env):
+            _results["tensorflow"] = Result(
+                disabled=True, warnings=[f"{DISABLE} is on: nothing applied"]
+            )
+        if "tensorflow" in _results:
+            return _results["tensorflow"]
+        if tf is None:
+            import tensorflow as tf
+
+            if "tensorflow" in _results:  # the import hook configured it while importing
+                return _results["tensorflow"]
+        for stage in adapter.STAGES:
+            run(adapter, stage, tf, env=env)
+        return _results["tensorflow"]

@@ -1,0 +1,101 @@
+"""The executor's own operations on a framework, beyond calls and environment variables.
+
+Each takes the framework's module and the plan's arguments, and returns how the log
+names what it did (None: nothing was done).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from ..adapters.jax import BRIDGE
+from ..budget.gpus import cap_over_gpu
+from ..budget.hostmemory import DataDefaults
+from ..errors import ConfigError
+
+
+def tf_data_defaults(tf: ModuleType, defaults: DataDefaults) -> str | None:
+    """Every tf.data pipeline of the process gets ``defaults`` under its own options."""
+    from .tfdata import HOOK, install
+
+    if install(tf, defaults) is not None:
+        return None
+    return f"tf.data.Dataset.{HOOK} gives every pipeline: {defaults.describe()}"
+
+
+def jax_cpu_pool(jax: ModuleType, threads: int) -> str | None:
+    """Make JAX's CPU client with ``threads`` threads in its pool.
+
+    JAX sizes the pool from the CPUs the creating thread may run on. The client is created
+    with that thread's affinity narrowed to ``threads`` CPUs; then the thread and every
+    thread started meanwhile get their affinity back, so the pool is smaller but not pinned.
+    """
+    bridge: Any = jax
+    for name in BRIDGE.split("."):
+        bridge = getattr(bridge, name)
+    registration = bridge._backend_factories["cpu"]
+    factory = registration.factory
+
+    def sized(*args: Any, **kwargs: Any) -> Any:
+        allowed = os.sched_getaffinity(0)
+        if len(allowed) <= threads:
+            return factory(*args, **kwargs)
+        before = set(os.listdir("/proc/self/task"))
+        os.sched_setaffinity(0, sorted(allowed)[:threads])
+        try:
+            return factory(*args, **kwargs)
+        finally:
+            os.sched_setaffinity(0, allowed)
+            for task in set(os.listdir("/proc/self/task")) - before:
+                with contextlib.suppress(OSError):  # the thread has ended
+                    os.sched_setaffinity(int(task), allowed)
+
+    bridge._backend_factories["cpu"] = dataclasses.replace(registration, factory=sized)
+    return f"JAX's CPU client created with {threads} threads"
+
+
+def torch_caps(torch: ModuleType, caps: dict[int, int], given: str) -> str | None:
+    """Queue each GPU's cap, as a fraction of its total memory, for CUDA's start."""
+
+    def cap_memory() -> None:
+        for ordinal, cap in caps.items():
+            if ordinal >= torch.cuda.device_count():
+                continue
+            total = torch.cuda.get_device_properties(ordinal).total_memory
+            if cap * (1 << 20) > total:
+                raise ConfigError(
+                    cap_over_gpu(given, cap, total >> 20, f"cuda:{ordinal}"), "PyTorch"
+                )
+            torch.cuda.set_per_process_memory_fraction(cap * (1 << 20) / total, ordinal)
+
+    torch.cuda._lazy_call(cap_memory)
+    return f"torch.cuda.set_per_process_memory_fraction when CUDA starts: {caps} MiB"
+
+
+def peer_watcher(
+    _tf: ModuleType,
+    peers: Any,
+    timeout: float,
+    quiet: bool,
+    names: dict[str, str],
+    grace: float | None,
+) -> str | None:
+    """The process that ends this task when a peer is lost (``cluster.watcher``)."""
+    from ..cluster.watcher import TERM_GRACE_S, watch
+
+    if watch(peers, timeout, quiet=quiet, names=names, grace=grace or TERM_GRACE_S) is None:
+        return None
+    return f"peer watcher started for {len(peers)} peer(s)"
+
+
+PATCHES: dict[str, Callable[..., str | None]] = {
+    "tf.data defaults": tf_data_defaults,
+    "jax cpu pool": jax_cpu_pool,
+    "torch caps": torch_caps,
+    "peer watcher": peer_watcher,
+}

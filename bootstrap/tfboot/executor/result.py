@@ -1,0 +1,89 @@
+"""What was applied and why: the result of one framework's configuration, and its lines.
+
+Every line tfboot writes goes through ``emit``; ``log`` writes a framework's: its
+warnings, its calls (under debug), what it got and why, and the cluster's line.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..adapters import Plan
+from ..budget.roles import ALONG, Role
+from ..settings import Settings
+from ..values import line, rows
+
+
+@dataclass
+class Result:
+    """The outcome of configuring one framework."""
+
+    framework: str = "TensorFlow"
+    disabled: bool = False
+    settings: Settings | None = None
+    plan: Plan | None = None
+    calls: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+    role: Role | None = None
+    qualified: bool = False  # its lines and errors name the framework
+
+    @property
+    def applied(self) -> bool:
+        return bool(self.calls) and self.error is None
+
+    @property
+    def cluster(self) -> Any:
+        """The cluster plan (``cluster.plan.ClusterPlan``) when ``DISTRIBUTED`` is not off."""
+        return self.plan.cluster if self.plan is not None else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """TensorFlow's report, as ``doctor --json`` prints it."""
+        settings = self.settings
+        return {
+            "disabled": self.disabled,
+            "applied": self.applied,
+            "error": self.error,
+            "settings": rows(settings.given) if settings else {},
+            "decisions": list(self.plan.decisions) if self.plan else [],
+            "calls": list(self.calls),
+            "warnings": list(self.warnings),
+            "cluster": self.cluster.to_dict() if self.cluster is not None else None,
+        }
+
+    def section(self) -> dict[str, Any]:
+        """Another framework's report, as ``doctor --framework`` prints it."""
+        role = self.plan.role if self.plan is not None else self.role
+        return {
+            "framework": self.framework,
+            "role": "runs the model" if role is None or role.runs_model else role.why,
+            "error": self.error,
+            "decisions": list(self.plan.decisions) if self.plan else [],
+            "calls": list(self.calls),
+            "warnings": list(self.warnings),
+        }
+
+
+def emit(kind: str, text: str) -> None:
+    """One line on stderr, prefixed so it can be grepped."""
+    print(line(kind, text), file=sys.stderr, flush=True)
+
+
+def log(result: Result, level: str) -> None:
+    """The framework's warnings, its calls (debug), and what it got and why (info); a
+    framework that came along with another is logged under debug only."""
+    plan = result.plan
+    if level == "quiet" or plan is None or (level == "info" and plan.role.kind == ALONG):
+        return
+    name = result.framework + plan.role.label
+    for warning in result.warnings:
+        emit("warning", f"{name}: {warning}" if result.qualified else warning)
+    if level == "debug":
+        for call in result.calls:
+            emit("debug", call)
+    if not plan.empty:
+        emit("info", f"configured {name}: " + "; ".join(plan.decisions))
+    if plan.cluster is not None:
+        emit("info", plan.cluster.line())
