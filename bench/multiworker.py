@@ -104,12 +104,12 @@ def cluster_step_s(ports: list[int], repeat: int = 20) -> float:
 
     from tfboot.cluster.plan import plan_cluster
     from tfboot.cluster.watcher import watch
-    from tfboot.plan import Plan
+    from tfboot.adapters import Plan
 
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        cluster = plan_cluster("k8s", base_env(cluster_env(0, ports)), Plan(), 0)
+        cluster = plan_cluster("k8s", base_env(cluster_env(0, ports)), Plan("TensorFlow"), 0)
         child = watch(cluster.peers, 600, quiet=True)
         times.append(time.perf_counter() - start)
         faulthandler.cancel_dump_traceback_later()

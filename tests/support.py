@@ -138,18 +138,18 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-def cluster_plan(mode: str, env: Mapping[str, str], plan: Any = None, gpus: int = 0) -> Any:
+def cluster_plan(mode: str, env: Mapping[str, str], plan: Any = None) -> Any:
     """The cluster plan for ``DISTRIBUTED=mode`` over ``env``, resolved as at import.
 
-    With ``plan`` (a ``tfboot.plan.Plan``), the local-replica check runs as after TensorFlow
-    listed ``gpus`` GPUs.
+    With ``plan`` (a ``tfboot.adapters.Plan``), the local-replica check runs as after
+    TensorFlow listed the plan's GPUs.
     """
     from tfboot.cluster.plan import plan_cluster
     from tfboot.settings import resolve
 
     settings = resolve({**env, "DISTRIBUTED": mode})
     assert settings.cluster is not None
-    devices = {} if plan is None else {"replicas": plan.local_replicas(gpus)}
+    devices = {} if plan is None else {"replicas": plan.local_replicas()}
     return plan_cluster(mode, settings.cluster, env, cpu_split=plan and plan.cpu_logical, **devices)
 
 
@@ -164,3 +164,39 @@ def cgroup_limits(root: Path, memory: str = "4294967296", cpu: str = "200000 100
     (root / "sys" / "fs" / "cgroup" / "memory.max").write_text(memory + "\n")
     (root / "sys" / "fs" / "cgroup" / "cpu.max").write_text(cpu + "\n")
     return str(root)
+
+
+def tf_plan(
+    env: Mapping[str, str], gpus: int, cpu: Any = None, memory: Any = None, settings: Any = None
+) -> Any:
+    """TensorFlow's plan for ``env`` on a host where TensorFlow lists ``gpus`` GPUs, with the
+    CPU budget ``cpu`` (default: 8 CPUs, no quota) and the memory budget ``memory`` (none)."""
+    from tfboot.adapters.tensorflow import make_plan
+    from tfboot.budget import NO_LIMIT, make_budget
+    from tfboot.node.cpu import CpuBudget
+    from tfboot.settings import resolve
+
+    cpu = CpuBudget(affinity=8, quota=None, quota_source="") if cpu is None else cpu
+    settings = resolve(env) if settings is None else settings
+    return make_plan(make_budget(settings, env, cpu=cpu, memory=memory or NO_LIMIT), gpus)
+
+
+def called(plan: Any, name: str) -> list[tuple[Any, ...]]:
+    """The arguments of each of the plan's calls named ``name`` (``set_memory_growth``)."""
+    return [call.args for call in plan.calls if getattr(call, "name", None) == name]
+
+
+def threads(plan: Any, pool: str = "intra") -> int | None:
+    """The thread count the plan gives TensorFlow's ``intra`` or ``inter`` pool (None: none)."""
+    found = called(plan, f"set_{pool}_op_parallelism_threads")
+    return found[0][0] if found else None
+
+
+def data_defaults(plan: Any) -> Any:
+    """The tf.data defaults the plan gives every pipeline (None: TensorFlow's)."""
+    return plan.host.data if plan.host is not None else None
+
+
+def decision(plan: Any, start: str) -> str:
+    """The plan's decision that starts with ``start``."""
+    return next(d for d in plan.decisions if d.startswith(start))

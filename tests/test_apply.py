@@ -2,7 +2,7 @@
 
 ``RecordingTF`` is a stand-in for the ``tensorflow`` module, named as such: it records
 each ``tf.config`` call and returns plain objects, so the order of the calls and the
-arguments ``apply`` builds from the plan can be read without importing TensorFlow. The
+arguments the executor builds from the plan can be read without importing TensorFlow. The
 real-TensorFlow tests (``test_tensorflow.py``) prove the same calls against the real one.
 """
 
@@ -12,10 +12,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from tfboot import ConfigError, resolve
-from tfboot.apply import _execute
-from tfboot.cpu import CpuBudget
-from tfboot.plan import make_plan
+from support import tf_plan
+from tfboot import ConfigError
+from tfboot.adapters import Call
+from tfboot.adapters import tensorflow as adapter
+from tfboot.executor import Reader, execute
+from tfboot.node.cpu import CpuBudget
 
 QUOTA_2 = CpuBudget(affinity=8, quota=2.0, quota_source="/sys/fs/cgroup/cpu.max")
 
@@ -23,14 +25,16 @@ QUOTA_2 = CpuBudget(affinity=8, quota=2.0, quota_source="/sys/fs/cgroup/cpu.max"
 class RecordingTF:
     """A stand-in for ``tensorflow`` (not the real module): records the calls made on it."""
 
-    def __init__(self, refuse: str = "") -> None:
+    def __init__(self, refuse: str = "", gpus: int = 0) -> None:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
         self.refuse = refuse  # a call that raises RuntimeError, as after the runtime started
         self.config = SimpleNamespace(
             set_visible_devices=self._record("set_visible_devices"),
             set_logical_device_configuration=self._record("set_logical_device_configuration"),
             set_soft_device_placement=self._record("set_soft_device_placement"),
-            list_physical_devices=lambda kind: [SimpleNamespace(name=f"/physical_device:{kind}:0")],
+            list_physical_devices=lambda kind: (
+                GPUS[:gpus] if kind == "GPU" else [SimpleNamespace(name=f"/physical_device:{kind}:0")]
+            ),
             LogicalDeviceConfiguration=lambda memory_limit=None: SimpleNamespace(
                 memory_limit=memory_limit
             ),
@@ -58,9 +62,9 @@ GPUS = [SimpleNamespace(name=f"/physical_device:GPU:{i}") for i in range(3)]
 
 
 def run(env: dict[str, str], gpus: int, tf: RecordingTF | None = None) -> RecordingTF:
-    tf = tf or RecordingTF()
-    plan = make_plan(resolve(env), gpus, QUOTA_2, env)
-    _execute(tf, plan, GPUS[:gpus])  # type: ignore[arg-type]
+    tf = tf or RecordingTF(gpus=gpus)
+    tf.config.list_physical_devices = RecordingTF(gpus=gpus).config.list_physical_devices
+    execute(adapter, tf_plan(env, gpus, QUOTA_2), Reader(tf))  # type: ignore[arg-type]
     return tf
 
 
@@ -119,8 +123,8 @@ def test_a_split_without_gpus_splits_cpu_0() -> None:
 
 
 def test_every_call_has_its_reason() -> None:
-    plan = make_plan(resolve({"VIRTUAL_SPLIT": "2", "MEMORY_LIMIT_MB": "2048"}), 1, QUOTA_2, {})
-    assert [call.reason for call in plan.calls] == [
+    plan = tf_plan({"VIRTUAL_SPLIT": "2", "MEMORY_LIMIT_MB": "2048"}, 1, QUOTA_2)
+    assert [call.reason for call in plan.calls if isinstance(call, Call)] == [
         "logical GPUs GPU:0 -> [1024, 1024] MiB "
         "(MEMORY_LIMIT_MB=2048 (env), VIRTUAL_SPLIT=2 (env))",
         "intra-op threads 2 (CPU_THREADS=auto: quota 2 CPUs from /sys/fs/cgroup/cpu.max, "

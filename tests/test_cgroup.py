@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tfboot.cgroup import CgroupError, cpu_quota
-from tfboot.cpu import CpuBudget, cpu_budget
+from tfboot.node.cgroup import CgroupError, cpu_quota
+from tfboot.node.cpu import CpuBudget, cpu_budget
 
 TREES = Path(__file__).parent / "testdata" / "cgroup"
 

@@ -16,14 +16,15 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import tf_plan
+from support import threads as pool
 from tfboot import ConfigError, resolve
-from tfboot.cgroup import CgroupError, cpu_quota
+from tfboot.node.cgroup import CgroupError, cpu_quota
 from tfboot.cluster import NAMES as CLUSTER_NAMES
 from tfboot.cluster.plan import plan_cluster
-from tfboot.cpu import CpuBudget, cpu_budget
+from tfboot.node.cpu import CpuBudget, cpu_budget
 from tfboot.envfile import read_env_file
 from tfboot.manifests import InputError, Report, check_paths, check_text
-from tfboot.plan import make_plan
 from tfboot.settings import ALL_NAMES, FILE_NAMES, MAX_CPU_THREADS, MAX_MEMORY_MB
 
 pytestmark = pytest.mark.fuzz
@@ -101,17 +102,17 @@ def test_environments_through_settings_plan_and_tf_config(
 ) -> None:
     env = {k: v for k, v in env.items() if "\x00" not in v}
     try:
-        plan = make_plan(resolved := resolve(env), gpus, cpu, env)
+        plan = tf_plan(env, gpus, cpu, settings=(resolved := resolve(env)))
         if resolved.distributed != "off":
             assert resolved.cluster is not None
-            replicas = plan.local_replicas(gpus)
+            replicas = plan.local_replicas()
             cluster = plan_cluster(resolved.distributed, resolved.cluster, env, replicas)
             assert cluster.tf_config is None or cluster.tf_config.startswith("{")
     except ConfigError as exc:
         assert_clean(exc)
         return
-    assert all(0 < mb <= MAX_MEMORY_MB for sizes in plan.gpu_logical_mb.values() for mb in sizes)
-    for threads in (plan.intra_op_threads, plan.inter_op_threads):
+    assert all(0 < mb <= MAX_MEMORY_MB for sizes in plan.logical_mb.values() for mb in sizes)
+    for threads in (pool(plan), pool(plan, "inter")):
         assert threads is None or 0 < threads <= max(MAX_CPU_THREADS, cpu.affinity)
 
 

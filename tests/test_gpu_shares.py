@@ -77,12 +77,9 @@ def test_gpushare_alone_is_still_read() -> None:
 
 
 def test_mps_caps_only_the_gpus_it_names_after_visible_gpu() -> None:
-    from tfboot.cpu import CpuBudget
-    from tfboot.plan import make_plan
-
     env = {"MEMORY_LIMIT_MB": "auto", MPS: "1=2G", "VISIBLE_GPU": "1"}
-    plan = make_plan(resolve(env), 2, CpuBudget(4, None, ""), env)
-    assert plan.gpu_logical_mb == {1: (1536,)}
+    plan = plan_with(env, 2)
+    assert plan.logical_mb == {1: (1536,)}
 
 
 MIG_A = "MIG-4b3a1f52-6a5e-5e2b-9d0f-2f4e1c0b7a11"
@@ -90,10 +87,10 @@ MIG_B = "MIG-8d2c7e90-1b4f-5a6d-8c3e-7f1a2b3c4d55"
 
 
 def plan_with(env: dict[str, str], gpus: int = 1):
-    from tfboot.cpu import CpuBudget
-    from tfboot.plan import make_plan
+    from support import tf_plan
+    from tfboot.node.cpu import CpuBudget
 
-    return make_plan(resolve(env), gpus, CpuBudget(4, None, ""), env)
+    return tf_plan(env, gpus, CpuBudget(4, None, ""))
 
 
 @pytest.mark.parametrize("variable", ["CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"])
@@ -114,7 +111,7 @@ def test_several_mig_slices_are_an_error_under_require_gpu() -> None:
 def test_one_slice_is_a_gpu_like_any_other() -> None:
     env = {"CUDA_VISIBLE_DEVICES": MIG_A, "MEMORY_LIMIT_MB": "4096", "VIRTUAL_SPLIT": "2"}
     plan = plan_with(env)
-    assert plan.warnings == [] and plan.gpu_logical_mb == {0: (2048, 2048)}
+    assert plan.warnings == [] and plan.logical_mb == {0: (2048, 2048)}
 
 
 def test_cuda_visible_devices_decides_over_the_runtimes_list() -> None:

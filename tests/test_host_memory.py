@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import problem_text
+from support import data_defaults, decision, problem_text, tf_plan
 from tfboot import resolve
-from tfboot.cgroup import CgroupError, memory_limit
-from tfboot.cpu import CpuBudget
-from tfboot.hostmem import MemoryBudget, memory_budget
-from tfboot.plan import DataDefaults, make_plan
+from tfboot.node.cgroup import CgroupError, memory_limit
+from tfboot.node.cpu import CpuBudget
+from tfboot.node.hostmem import MemoryBudget, memory_budget
+from tfboot.budget.hostmemory import DataDefaults
 
 TREES = Path(__file__).parent / "testdata" / "cgroup"
 
@@ -49,8 +49,8 @@ def test_a_bad_file_is_an_error_and_a_documented_fallback(case: str, words: str)
         memory_limit(str(TREES / case))
     budget = memory_budget({"TFBOOT_CGROUP_ROOT": str(TREES / case)})
     assert budget.limit_mib is None and "could not read the memory limit" in budget.problem
-    plan = make_plan(resolve({}), 0, NO_QUOTA, {}, budget)
-    assert plan.data is None
+    plan = tf_plan({}, 0, NO_QUOTA, budget)
+    assert data_defaults(plan) is None
     assert plan.warnings == [f"{budget.problem}; TensorFlow's host-memory defaults are used"]
 
 
@@ -75,44 +75,44 @@ class TestVariable:
 
 
 def plan_for(env: dict[str, str], memory: MemoryBudget, cpu: CpuBudget, gpus: int = 0):
-    return make_plan(resolve(env), gpus, cpu, env, memory)
+    return tf_plan(env, gpus, cpu, memory)
 
 
 class TestPlan:
     def test_nothing_outside_a_container_with_limits(self) -> None:
         plan = plan_for({}, MemoryBudget(None, ""), NO_QUOTA)
-        assert plan.data is None and plan.empty
+        assert data_defaults(plan) is None and plan.empty
 
     def test_auto_takes_a_quarter_and_the_quota(self) -> None:
         plan = plan_for({}, LIMIT_4G, QUOTA_2)
-        assert plan.data == DataDefaults(ram_budget_mib=1024, cpu_budget=2, initial_parallelism=2)
-        assert "from /sys/fs/cgroup/memory.max" in plan.why["data"]
-        assert "a pipeline's own options win" in plan.why["data"]
+        assert data_defaults(plan) == DataDefaults(ram_budget_mib=1024, cpu_budget=2, initial_parallelism=2)
+        assert "from /sys/fs/cgroup/memory.max" in decision(plan, "tf.data defaults")
+        assert "a pipeline's own options win" in decision(plan, "tf.data defaults")
 
     def test_memory_limit_only(self) -> None:
         plan = plan_for({}, LIMIT_4G, NO_QUOTA)
-        assert plan.data == DataDefaults(ram_budget_mib=1024)
+        assert data_defaults(plan) == DataDefaults(ram_budget_mib=1024)
 
     def test_quota_only(self) -> None:
         plan = plan_for({}, MemoryBudget(None, ""), QUOTA_2)
-        assert plan.data == DataDefaults(cpu_budget=2, initial_parallelism=2)
+        assert data_defaults(plan) == DataDefaults(cpu_budget=2, initial_parallelism=2)
 
     def test_a_number_wins_over_the_cgroup(self) -> None:
         plan = plan_for({"HOST_MEMORY_LIMIT_MB": "2048"}, LIMIT_4G, NO_QUOTA)
-        assert plan.data == DataDefaults(ram_budget_mib=512)
-        assert "HOST_MEMORY_LIMIT_MB=2048 (env)" in plan.why["data"]
+        assert data_defaults(plan) == DataDefaults(ram_budget_mib=512)
+        assert "HOST_MEMORY_LIMIT_MB=2048 (env)" in decision(plan, "tf.data defaults")
 
     def test_host_keeps_tensorflows_defaults(self) -> None:
         plan = plan_for({"HOST_MEMORY_LIMIT_MB": "host"}, LIMIT_4G, QUOTA_2)
-        assert plan.data is None and "TF_GPU_HOST_MEM_LIMIT_IN_MB" not in plan.environ
+        assert data_defaults(plan) is None and "TF_GPU_HOST_MEM_LIMIT_IN_MB" not in plan.environ
 
     def test_cpu_threads_count_is_the_cpu_budget(self) -> None:
         plan = plan_for({"CPU_THREADS": "3"}, LIMIT_4G, QUOTA_2)
-        assert plan.data == DataDefaults(1024, 3, 3)
+        assert data_defaults(plan) == DataDefaults(1024, 3, 3)
 
     def test_many_cpus_keep_tensorflows_initial_parallelism(self) -> None:
         cpu = CpuBudget(affinity=64, quota=32.0, quota_source="cpu.max")
-        assert plan_for({}, LIMIT_4G, cpu).data == DataDefaults(1024, 32, None)
+        assert data_defaults(plan_for({}, LIMIT_4G, cpu)) == DataDefaults(1024, 32, None)
 
     def test_pinned_memory_follows_the_limit(self) -> None:
         """Set without a device list: TensorFlow reads it only for a GPU's host allocator."""

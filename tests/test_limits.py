@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from support import cluster_plan, problem_text
+from support import cluster_plan, problem_text, tf_plan
+from support import threads as intra
 from tfboot import ConfigError, resolve
-from tfboot.cpu import CpuBudget
-from tfboot.plan import make_plan
+from tfboot.node.cpu import CpuBudget
 from tfboot.settings import MAX_CPU_THREADS, MAX_MEMORY_MB
 
 HUGE = "9" * 100_000  # past Python's int-string limit (4300 digits)
@@ -31,7 +31,7 @@ def test_out_of_range(name: str, value: str, accepted: str | None) -> None:
     if accepted is None:  # a valid form: the plan says the index does not exist
         settings = resolve({name: value})
         with pytest.raises(ConfigError, match="does not exist"):
-            make_plan(settings, 2, CpuBudget(2, None, ""), {})
+            tf_plan({}, 2, CpuBudget(2, None, ""), settings=settings)
         return
     text = problem_text({name: value})
     assert text.startswith(f"{name}=") and accepted in text
@@ -68,8 +68,8 @@ def test_hami_index_with_leading_zero() -> None:
 @pytest.mark.parametrize(("threads", "warned"), [(4, False), (5, True)])
 def test_threads_above_the_schedulable_cpus_warn_once(threads: int, warned: bool) -> None:
     settings = resolve({"CPU_THREADS": str(threads)})
-    plan = make_plan(settings, 0, CpuBudget(4, None, ""), {})
-    assert plan.intra_op_threads == threads
+    plan = tf_plan({}, 0, CpuBudget(4, None, ""), settings=settings)
+    assert intra(plan) == threads
     expected = [f"CPU_THREADS={threads} (env) is more threads per pool than the 4 CPUs this "
                 "process may run on"]  # fmt: skip
     assert plan.warnings == (expected if warned else [])

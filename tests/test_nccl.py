@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from support import run_python
-from tfboot.nccl import readiness, why_needed
+from tfboot.node.nccl import readiness, why_needed
 
 
 def test_needed_with_several_gpus_or_gpus_in_a_cluster() -> None:
@@ -29,7 +29,7 @@ def test_a_missing_shm_warns_with_both_remedies() -> None:
 
 LOW_MEMLOCK = """
 import json, resource
-from tfboot.nccl import readiness
+from tfboot.node.nccl import readiness
 hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
 resource.setrlimit(resource.RLIMIT_MEMLOCK, (1 << 20, hard))
 print(json.dumps(readiness("2 GPUs are visible").to_dict()))

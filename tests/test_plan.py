@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from tfboot import ConfigError, resolve
-from tfboot.cpu import CpuBudget
-from tfboot.plan import Plan, make_plan
+from tfboot import ConfigError
+from support import called, threads, tf_plan
+from tfboot.adapters import Plan
+from tfboot.node.cpu import CpuBudget
 
 NO_QUOTA = CpuBudget(affinity=8, quota=None, quota_source="")
 
 
 def plan(env: dict[str, str], gpus: int, cpu: CpuBudget = NO_QUOTA) -> Plan:
-    return make_plan(resolve(env), gpus, cpu, env)
+    return tf_plan(env, gpus, cpu)
 
 
 def plan_error(env: dict[str, str], gpus: int) -> str:
@@ -23,12 +24,12 @@ def plan_error(env: dict[str, str], gpus: int) -> str:
 def test_nothing_set_plans_nothing() -> None:
     result = plan({}, gpus=2)
     assert result.empty and not result.warnings
-    assert result.visible_gpus is None and not result.gpu_logical_mb
+    assert result.visible is None and not result.logical_mb
 
 
 class TestGpuHost:
     def test_visible_index(self) -> None:
-        assert plan({"VISIBLE_GPU": "1"}, gpus=2).visible_gpus == (1,)
+        assert plan({"VISIBLE_GPU": "1"}, gpus=2).visible == (1,)
 
     def test_visible_index_out_of_range_is_never_clamped(self) -> None:
         text = plan_error({"VISIBLE_GPU": "0,2"}, gpus=2)
@@ -37,11 +38,11 @@ class TestGpuHost:
 
     def test_cap_on_every_visible_gpu(self) -> None:
         result = plan({"MEMORY_LIMIT_MB": "6144", "VISIBLE_GPU": "0,2"}, gpus=3)
-        assert result.gpu_logical_mb == {0: (6144,), 2: (6144,)}
+        assert result.logical_mb == {0: (6144,), 2: (6144,)}
 
     def test_split_count_divides_the_cap(self) -> None:
         result = plan({"MEMORY_LIMIT_MB": "6145", "VIRTUAL_SPLIT": "2"}, gpus=1)
-        assert result.gpu_logical_mb == {0: (3072, 3072)}
+        assert result.logical_mb == {0: (3072, 3072)}
 
     def test_split_count_without_a_cap_is_an_error_on_gpus(self) -> None:
         text = plan_error({"VIRTUAL_SPLIT": "2"}, gpus=1)
@@ -49,7 +50,7 @@ class TestGpuHost:
         assert "VIRTUAL_SPLIT=2048,2048" in text
 
     def test_split_sizes_without_a_cap(self) -> None:
-        assert plan({"VIRTUAL_SPLIT": "256,768"}, gpus=1).gpu_logical_mb == {0: (256, 768)}
+        assert plan({"VIRTUAL_SPLIT": "256,768"}, gpus=1).logical_mb == {0: (256, 768)}
 
     def test_split_sizes_over_a_per_gpu_plugin_cap(self) -> None:
         env = {
@@ -63,13 +64,14 @@ class TestGpuHost:
 
     def test_growth_without_logical_devices_uses_set_memory_growth(self) -> None:
         result = plan({"MEMORY_GROWTH": "true"}, gpus=2)
-        assert result.memory_growth is True and not result.environ
+        assert called(result, "set_memory_growth") == [(_gpu(0), True), (_gpu(1), True)]
+        assert not result.environ
 
     def test_growth_with_a_cap_goes_through_the_allocator_env(self) -> None:
         result = plan({"MEMORY_GROWTH": "true", "MEMORY_LIMIT_MB": "1024"}, gpus=1)
-        assert result.memory_growth is None
+        assert called(result, "set_memory_growth") == []
         assert result.environ == {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}
-        assert result.gpu_logical_mb == {0: (1024,)}
+        assert result.logical_mb == {0: (1024,)}
 
     def test_cuda_malloc_async_with_a_cap_warns(self) -> None:
         env = {"MEMORY_LIMIT_MB": "1024", "TF_GPU_ALLOCATOR": "cuda_malloc_async"}
@@ -77,7 +79,7 @@ class TestGpuHost:
 
     def test_none_visible_hides_every_gpu(self) -> None:
         result = plan({"VISIBLE_GPU": "none", "VIRTUAL_SPLIT": "2"}, gpus=2)
-        assert result.visible_gpus == () and result.cpu_logical == 2 and not result.warnings
+        assert result.visible == () and result.cpu_logical == 2 and not result.warnings
 
     def test_require_gpu_with_every_gpu_hidden(self) -> None:
         assert "hides every GPU" in plan_error({"VISIBLE_GPU": "none", "REQUIRE_GPU": "true"}, 2)
@@ -101,7 +103,7 @@ class TestCpuHost:
         assert all(
             v in warning for v in ("VISIBLE_GPU=3", "MEMORY_LIMIT_MB=1024", "MEMORY_GROWTH=1")
         )
-        assert result.visible_gpus is None and not result.gpu_logical_mb
+        assert result.visible is None and not result.logical_mb
 
     def test_require_gpu_true_is_an_error(self) -> None:
         text = plan_error({"REQUIRE_GPU": "true"}, gpus=0)
@@ -116,22 +118,22 @@ class TestThreads:
 
     def test_auto_takes_the_quota_rounded_up(self) -> None:
         result = plan({}, gpus=0, cpu=self.QUOTA)
-        assert (result.intra_op_threads, result.inter_op_threads) == (2, 2)
+        assert (threads(result), threads(result, "inter")) == (2, 2)
         assert any("quota 1.5 CPUs from /sys/fs/cgroup/cpu.max" in d for d in result.decisions)
 
     def test_auto_without_quota_leaves_tf_default(self) -> None:
         result = plan({}, gpus=0)
-        assert result.intra_op_threads is None and result.empty
+        assert threads(result) is None and result.empty
 
     def test_host_ignores_the_quota(self) -> None:
-        assert plan({"CPU_THREADS": "host"}, gpus=0, cpu=self.QUOTA).intra_op_threads is None
+        assert threads(plan({"CPU_THREADS": "host"}, gpus=0, cpu=self.QUOTA)) is None
 
     def test_explicit_count(self) -> None:
-        assert plan({"CPU_THREADS": "3"}, gpus=0, cpu=self.QUOTA).intra_op_threads == 3
+        assert threads(plan({"CPU_THREADS": "3"}, gpus=0, cpu=self.QUOTA)) == 3
 
     def test_explicit_tf_variables_win(self) -> None:
         result = plan({"TF_NUM_INTRAOP_THREADS": "5"}, gpus=0, cpu=self.QUOTA)
-        assert result.intra_op_threads is None and result.inter_op_threads == 2
+        assert threads(result) is None and threads(result, "inter") == 2
         assert any("TF_NUM_INTRAOP_THREADS=5" in d for d in result.decisions)
 
     def test_unreadable_quota_warns(self) -> None:
@@ -139,3 +141,9 @@ class TestThreads:
         assert plan({}, gpus=0, cpu=broken).warnings == [
             "could not read; TensorFlow's default threads are used"
         ]
+
+
+def _gpu(index: int) -> object:
+    from tfboot.adapters import Item
+
+    return Item("config.list_physical_devices", ("GPU",), index)

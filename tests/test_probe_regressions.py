@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from support import cluster_plan, problem_text, run_module, run_python, unavailable
-from tfboot.cgroup import CgroupError, cpu_quota
+from tfboot.node.cgroup import CgroupError, cpu_quota
 from tfboot.cli import main
 from tfboot.errors import ConfigError
 from tfboot.settings import resolve

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import tf_plan
 from tfboot import ConfigError, resolve
-from tfboot.cpu import CpuBudget
-from tfboot.plan import make_plan
+from tfboot.node.cpu import CpuBudget
 from tfboot.settings import ALL_NAMES
 
 PLUGIN_NAMES = [
@@ -33,7 +33,7 @@ environments = st.dictionaries(st.sampled_from(NAMES), values, max_size=8)
 def test_only_config_errors_escape(env: dict[str, str], gpus: int) -> None:
     try:
         settings_ = resolve(env)
-        make_plan(settings_, gpus, CpuBudget(4, 1.5, "cpu.max"), env)
+        tf_plan(env, gpus, CpuBudget(4, 1.5, "cpu.max"), settings=settings_)
     except ConfigError as exc:
         assert exc.problems
         for problem in exc.problems:

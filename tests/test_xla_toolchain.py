@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tfboot.xla import FLAG, has_toolchain, pip_toolchain, plan_toolchain
+from tfboot.node.xla import FLAG, has_toolchain, pip_toolchain, plan_toolchain
 
 NO_TOOLKIT = "/nonexistent/cuda"
 

@@ -10,7 +10,7 @@ from tfboot.cluster import NAMES
 from tfboot.cluster.hostlist import expand_counts, expand_hosts
 from tfboot.cluster.variables import PARSERS
 from tfboot.errors import ConfigError
-from tfboot.plan import Plan
+from tfboot.adapters import Plan
 from tfboot.settings import resolve
 
 K8S = {"DIST_TASKS": "2", "DIST_HOSTS": "worker=train-{i}.train", "JOB_COMPLETION_INDEX": "1"}
@@ -343,21 +343,25 @@ class TestAuto:
         assert cluster.identity.sources["tasks"] == f"DIST_TASKS=2 (file {path})"
 
 
+TF = "TensorFlow"
+
+
 class TestPlan:
     def test_local_replicas(self) -> None:
-        assert Plan().local_replicas(0) == 1
-        assert Plan().local_replicas(2) == 2
-        assert Plan(gpu_logical_mb={0: (1024, 1024)}).local_replicas(2) == 3
-        assert Plan(visible_gpus=(1,), gpu_logical_mb={1: (512,) * 4}).local_replicas(2) == 4
+        assert Plan(TF, gpu_count=0).local_replicas() == 1
+        assert Plan(TF, gpu_count=2).local_replicas() == 2
+        assert Plan(TF, gpu_count=2, logical_mb={0: (1024, 1024)}).local_replicas() == 3
+        plan = Plan(TF, gpu_count=2, visible=(1,), logical_mb={1: (512,) * 4})
+        assert plan.local_replicas() == 4
 
     def test_replicas_mismatch_names_both_numbers(self) -> None:
-        plan = Plan(gpu_logical_mb={0: (1024, 1024)})
+        plan = Plan(TF, gpu_count=1, logical_mb={0: (1024, 1024)})
         with pytest.raises(ConfigError) as info:
-            cluster_plan("k8s", {**K8S, "DIST_REPLICAS_PER_WORKER": "1"}, plan, 1)
+            cluster_plan("k8s", {**K8S, "DIST_REPLICAS_PER_WORKER": "1"}, plan)
         assert "has 2 local replica(s)" in str(info.value) and "must have 1" in str(info.value)
 
     def test_split_on_cpu_warns(self) -> None:
-        cluster = cluster_plan("k8s", K8S, Plan(cpu_logical=2), 0)
+        cluster = cluster_plan("k8s", K8S, Plan(TF, cpu_logical=2))
         assert any("one CPU replica per worker" in w for w in cluster.warnings)
 
     def test_proxy_warning_unless_no_proxy_covers_the_peers(self) -> None:

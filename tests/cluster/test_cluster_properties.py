@@ -10,7 +10,7 @@ from support import cluster_plan
 from tfboot.cluster import NAMES
 from tfboot.cluster.hostlist import expand_counts, expand_hosts
 from tfboot.errors import ConfigError
-from tfboot.plan import Plan
+from tfboot.adapters import Plan
 
 prefixes = st.sampled_from(["node", "gpu", "a", "rack1-n", "x"])
 ranges = st.tuples(st.integers(0, 120), st.integers(0, 5), st.sampled_from([0, 2, 3]))
@@ -100,4 +100,4 @@ def test_cluster_builder_raises_only_config_errors(
 ) -> None:
     if tf_config is not None:
         env["TF_CONFIG"] = tf_config
-    assert_only_config_errors(cluster_plan, mode, env, Plan(), gpus)
+    assert_only_config_errors(cluster_plan, mode, env, Plan("TensorFlow", gpu_count=gpus))

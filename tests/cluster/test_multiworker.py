@@ -160,7 +160,7 @@ def test_missing_peers_are_named_then_the_startup_timeout_ends_the_worker() -> N
 SPAWN = """
 import json, multiprocessing, os
 import tensorflow
-from tfboot.apply import last_result
+from tfboot.executor import last_result
 
 def child(queue):
     import tensorflow

@@ -48,7 +48,7 @@ def test_show_names_the_limit_and_its_file(tf_image: str) -> None:
 
 NCCL = """
 import json
-from tfboot.nccl import readiness
+from tfboot.node.nccl import readiness
 print(json.dumps(readiness("2 GPUs are visible").to_dict()))
 """
 

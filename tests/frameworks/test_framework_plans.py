@@ -3,28 +3,62 @@
 from __future__ import annotations
 
 import pytest
+from support import called
 from tfboot import ConfigError, resolve
-from tfboot.cpu import CpuBudget
-from tfboot.frameworks.budget import CUDA_VISIBLE_BASE, FRAMEWORK_NAMES, cuda_devices
-from tfboot.frameworks.jaxplan import fraction_text, plan_jax
-from tfboot.frameworks.roles import Role
-from tfboot.frameworks.torchplan import plan_torch
+from tfboot.adapters import Patch, Plan
+from tfboot.adapters import jax as jax_adapter
+from tfboot.adapters.jax import fraction_text, plan_jax
+from tfboot.adapters.torch import plan_torch
+from tfboot.budget import FRAMEWORK_READS, NO_LIMIT, Budget, make_budget
+from tfboot.budget.roles import ALONG, RUNS_MODEL, Role
+from tfboot.node.cpu import CpuBudget
+from tfboot.node.cuda import CUDA_VISIBLE_BASE, cuda_devices
 
 NO_QUOTA = CpuBudget(affinity=8, quota=None, quota_source="")
 QUOTA = CpuBudget(affinity=8, quota=1.5, quota_source="/sys/fs/cgroup/cpu.max")
-MODEL = Role(True, "")
-CAME_ALONG = Role(False, "came along with TensorFlow's import")
+MODEL = RUNS_MODEL
+CAME_ALONG = Role(ALONG, "came along with TensorFlow's import")
 GIB = 1 << 30
 H100 = 80 * GIB  # NVML's total for an 80 GB H100 is a little less; any size will do
 
 
+def budget(env: dict[str, str], role: Role, cpu: CpuBudget) -> Budget:
+    return make_budget(resolve(env, FRAMEWORK_READS), env, role, cpu, NO_LIMIT)
+
+
 def jax(env: dict[str, str], gpus: int = 0, role: Role = MODEL, cpu: CpuBudget = NO_QUOTA):
-    return plan_jax(resolve(env, FRAMEWORK_NAMES), (H100,) * gpus, cpu, env, role)
+    """JAX's plan at both hook points: its environment, then its CPU client's pool."""
+    made = budget(env, role, cpu)
+    plan = plan_jax(made, (H100,) * gpus)
+    pool = jax_adapter.plan("after", made, {"pool": None})
+    plan.decisions += pool.decisions
+    plan.calls += pool.calls
+    return plan
 
 
 def torch(env: dict[str, str], gpus: int = 0, role: Role = MODEL, cpu: CpuBudget = NO_QUOTA):
-    devices = cuda_devices(env, gpus)[0]
-    return plan_torch(resolve(env, FRAMEWORK_NAMES), devices, cpu, env, role)
+    return plan_torch(budget(env, role, cpu), cuda_devices(env, gpus)[0])
+
+
+def patched(plan: Plan, name: str) -> tuple | None:
+    """The arguments of the plan's patch ``name``, or None."""
+    return next((c.args for c in plan.calls if isinstance(c, Patch) and c.name == name), None)
+
+
+def pool(plan: Plan) -> int | None:
+    """The threads JAX's CPU client pool gets."""
+    args = patched(plan, "jax cpu pool")
+    return args[0] if args else None
+
+
+def torch_threads(plan: Plan, name: str = "set_num_threads") -> int | None:
+    found = called(plan, name)
+    return found[0][0] if found else None
+
+
+def caps(plan: Plan) -> dict[int, int]:
+    args = patched(plan, "torch caps")
+    return args[0] if args else {}
 
 
 def refused(make, env: dict[str, str], gpus: int = 0) -> str:
@@ -36,7 +70,7 @@ def refused(make, env: dict[str, str], gpus: int = 0) -> str:
 class TestJax:
     def test_nothing_set_sets_nothing(self) -> None:
         plan = jax({}, gpus=2)
-        assert plan.environ == {} and plan.decisions == [] and plan.threads is None
+        assert plan.environ == {} and plan.decisions == [] and pool(plan) is None
 
     def test_cap_is_a_fraction_rounded_down(self) -> None:
         plan = jax({"MEMORY_LIMIT_MB": "6144"}, gpus=1)
@@ -95,7 +129,7 @@ class TestJax:
 
     def test_threads_from_the_quota(self) -> None:
         plan = jax({}, cpu=QUOTA)
-        assert plan.threads == 2 and "quota 1.5 CPUs" in plan.decisions[0]
+        assert pool(plan) == 2 and "quota 1.5 CPUs" in plan.decisions[0]
 
     @pytest.mark.parametrize(
         ("name", "value", "why"),
@@ -138,7 +172,7 @@ class TestJax:
 class TestTorch:
     def test_nothing_set_sets_nothing(self) -> None:
         plan = torch({}, gpus=2)
-        assert plan.environ == {} and plan.threads is None and not plan.gpu_caps_mib
+        assert plan.environ == {} and torch_threads(plan) is None and not caps(plan)
 
     def test_visible_narrows_cuda_visible_devices_and_keeps_the_base(self) -> None:
         plan = torch({"VISIBLE_GPU": "1", "CUDA_VISIBLE_DEVICES": "4,5,6"}, gpus=8)
@@ -157,7 +191,7 @@ class TestTorch:
 
     def test_caps_per_device_ordinal(self) -> None:
         plan = torch({"MEMORY_LIMIT_MB": "6144", "VISIBLE_GPU": "0,2"}, gpus=3)
-        assert plan.gpu_caps_mib == {0: 6144, 1: 6144}
+        assert caps(plan) == {0: 6144, 1: 6144}
 
     def test_plugin_caps_follow_the_physical_gpu(self) -> None:
         env = {
@@ -167,7 +201,7 @@ class TestTorch:
             "VISIBLE_GPU": "1",
         }
         # GPU 1's cap (HAMi's share less its reserve) becomes cuda:0's, as CUDA renumbers.
-        assert torch(env, gpus=2).gpu_caps_mib == {0: resolve(env).caps_mb(1)} == {0: 1024}
+        assert caps(torch(env, gpus=2)) == {0: resolve(env).caps_mb(1)} == {0: 1024}
 
     def test_growth_true_is_what_pytorch_does(self) -> None:
         plan = torch({"MEMORY_GROWTH": "true"}, gpus=1)
@@ -191,11 +225,11 @@ class TestTorch:
 
     def test_threads_both_pools(self) -> None:
         plan = torch({"CPU_THREADS": "3"})
-        assert (plan.threads, plan.interop_threads) == (3, 3)
+        assert (torch_threads(plan), torch_threads(plan, "set_num_interop_threads")) == (3, 3)
 
     def test_omp_num_threads_wins_for_the_intra_op_pool(self) -> None:
         plan = torch({"OMP_NUM_THREADS": "5"}, cpu=QUOTA)
-        assert (plan.threads, plan.interop_threads) == (None, 2)
+        assert (torch_threads(plan), torch_threads(plan, "set_num_interop_threads")) == (None, 2)
         assert "left to OMP_NUM_THREADS=5" in plan.decisions[0]
 
     def test_none_hides_every_gpu(self) -> None:

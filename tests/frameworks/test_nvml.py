@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from support import unavailable
-from tfboot.frameworks.nvml import LIBRARY_ENV, read_inventory
+from tfboot.node.nvml import LIBRARY_ENV, read_inventory
 
 SOURCE = Path(__file__).parent / "fake_nvml" / "nvml.c"
 
