@@ -102,9 +102,9 @@ def cluster_step_s(ports: list[int], repeat: int = 20) -> float:
     import faulthandler
     import time
 
+    from tfboot.adapters import Plan
     from tfboot.cluster.plan import plan_cluster
     from tfboot.cluster.watcher import watch
-    from tfboot.adapters import Plan
 
     times = []
     for _ in range(repeat):

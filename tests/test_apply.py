@@ -33,7 +33,9 @@ class RecordingTF:
             set_logical_device_configuration=self._record("set_logical_device_configuration"),
             set_soft_device_placement=self._record("set_soft_device_placement"),
             list_physical_devices=lambda kind: (
-                GPUS[:gpus] if kind == "GPU" else [SimpleNamespace(name=f"/physical_device:{kind}:0")]
+                GPUS[:gpus]
+                if kind == "GPU"
+                else [SimpleNamespace(name=f"/physical_device:{kind}:0")]
             ),
             LogicalDeviceConfiguration=lambda memory_limit=None: SimpleNamespace(
                 memory_limit=memory_limit

@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from support import tf_plan
 from support import threads as pool
 from tfboot import ConfigError, resolve
-from tfboot.node.cgroup import CgroupError, cpu_quota
 from tfboot.cluster import NAMES as CLUSTER_NAMES
 from tfboot.cluster.plan import plan_cluster
-from tfboot.node.cpu import CpuBudget, cpu_budget
 from tfboot.envfile import read_env_file
 from tfboot.manifests import InputError, Report, check_paths, check_text
+from tfboot.node.cgroup import CgroupError, cpu_quota
+from tfboot.node.cpu import CpuBudget, cpu_budget
 from tfboot.settings import ALL_NAMES, FILE_NAMES, MAX_CPU_THREADS, MAX_MEMORY_MB
 
 pytestmark = pytest.mark.fuzz

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from support import data_defaults, decision, problem_text, tf_plan
 from tfboot import resolve
+from tfboot.budget.hostmemory import DataDefaults
 from tfboot.node.cgroup import CgroupError, memory_limit
 from tfboot.node.cpu import CpuBudget
 from tfboot.node.hostmem import MemoryBudget, memory_budget
-from tfboot.budget.hostmemory import DataDefaults
 
 TREES = Path(__file__).parent / "testdata" / "cgroup"
 
@@ -85,7 +85,9 @@ class TestPlan:
 
     def test_auto_takes_a_quarter_and_the_quota(self) -> None:
         plan = plan_for({}, LIMIT_4G, QUOTA_2)
-        assert data_defaults(plan) == DataDefaults(ram_budget_mib=1024, cpu_budget=2, initial_parallelism=2)
+        assert data_defaults(plan) == DataDefaults(
+            ram_budget_mib=1024, cpu_budget=2, initial_parallelism=2
+        )
         assert "from /sys/fs/cgroup/memory.max" in decision(plan, "tf.data defaults")
         assert "a pipeline's own options win" in decision(plan, "tf.data defaults")
 

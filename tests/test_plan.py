@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from support import called, tf_plan, threads
 from tfboot import ConfigError
-from support import called, threads, tf_plan
 from tfboot.adapters import Plan
 from tfboot.node.cpu import CpuBudget
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from support import cluster_plan, problem_text, run_module, run_python, unavailable
-from tfboot.node.cgroup import CgroupError, cpu_quota
 from tfboot.cli import main
 from tfboot.errors import ConfigError
+from tfboot.node.cgroup import CgroupError, cpu_quota
 from tfboot.settings import resolve
 
 TREES = Path(__file__).parent / "testdata" / "cgroup"

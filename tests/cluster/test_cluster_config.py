@@ -6,11 +6,11 @@ import json
 
 import pytest
 from support import cluster_plan, last_json, run_module
+from tfboot.adapters import Plan
 from tfboot.cluster import NAMES
 from tfboot.cluster.hostlist import expand_counts, expand_hosts
 from tfboot.cluster.variables import PARSERS
 from tfboot.errors import ConfigError
-from tfboot.adapters import Plan
 from tfboot.settings import resolve
 
 K8S = {"DIST_TASKS": "2", "DIST_HOSTS": "worker=train-{i}.train", "JOB_COMPLETION_INDEX": "1"}

@@ -7,10 +7,10 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import cluster_plan
+from tfboot.adapters import Plan
 from tfboot.cluster import NAMES
 from tfboot.cluster.hostlist import expand_counts, expand_hosts
 from tfboot.errors import ConfigError
-from tfboot.adapters import Plan
 
 prefixes = st.sampled_from(["node", "gpu", "a", "rack1-n", "x"])
 ranges = st.tuples(st.integers(0, 120), st.integers(0, 5), st.sampled_from([0, 2, 3]))
