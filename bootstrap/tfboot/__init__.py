@@ -44,7 +44,7 @@ def find_spec(name: str, path: "object" = None, target: "object" = None) -> "obj
         return None
     from ._startup import activate
 
-    return activate(name)
+    return activate(name, ADAPTERS)
 
 
 def _start() -> None:

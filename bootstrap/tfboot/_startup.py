@@ -12,15 +12,16 @@ only what ``site`` has already loaded.
 import os
 
 
-def install() -> bool:
-    """Register the hooks once (safe to call any number of times); True if they are active."""
+def install(adapters: "dict[str, str]") -> bool:
+    """Register the hooks of ``adapters`` (the package's ``ADAPTERS`` table: module name ->
+    adapter) once (safe to call any number of times); True if they are active."""
     try:
         if os.environ.get("TFBOOT_DISABLE", "").strip().lower() in ("1", "true", "yes", "on"):
             return False
-        from . import ADAPTERS, _hook
+        from . import _hook
 
         if "tensorflow" not in _hook.finder().hooks:
-            for name, adapter in ADAPTERS.items():
+            for name, adapter in adapters.items():
                 _hook.when_imported(
                     name,
                     before=_hook_point(adapter, name, "before"),
@@ -34,10 +35,10 @@ def install() -> bool:
         return False
 
 
-def activate(name: str) -> "object":
+def activate(name: str, adapters: "dict[str, str]") -> "object":
     """The trampoline's call: install the hooks in its place, then let them find ``name``."""
     _remove_trampoline()
-    if not install():
+    if not install(adapters):
         return None
     from . import _hook
 
@@ -53,13 +54,13 @@ def _remove_trampoline() -> None:
     sys.meta_path[:] = [f for f in sys.meta_path if f is not sys.modules.get("tfboot")]
 
 
-def without_tensorflow_hook() -> None:
+def without_tensorflow_hook(adapters: "dict[str, str]") -> None:
     """The hooks, with none run for TensorFlow (``doctor`` applies it itself, catching errors).
 
     TensorFlow's import is still watched, so what it brings in is known to have come along.
     """
     _remove_trampoline()
-    if install():
+    if install(adapters):
         from . import _hook
 
         _hook.finder().hooks["tensorflow"] = (None, None)

@@ -11,6 +11,7 @@ from functools import partial
 from typing import Any
 
 from . import __version__
+from .budget.roles import NAMES as FRAMEWORKS
 from .errors import ConfigError
 from .settings import MAX_MEMORY_MB
 from .values import digits, line, quote, rows
@@ -296,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument(
         "--framework",
         action="append",
-        choices=("tensorflow", "jax", "torch"),
+        choices=tuple(FRAMEWORKS),
         help="import this framework and report what it got (repeatable; default tensorflow); "
         "JAX and PyTorch are imported first, as Keras on them would",
     )
@@ -344,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     selftest.add_argument(
         "--framework",
-        choices=("tensorflow", "jax", "torch"),
+        choices=tuple(FRAMEWORKS),
         default="tensorflow",
         help="whose rows: TensorFlow's (default), or JAX's or PyTorch's visibility, cap "
         "and growth rows",

@@ -20,7 +20,7 @@ adapters.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..budget.roles import RUNS_MODEL, Role
@@ -110,6 +110,18 @@ class Plan:
         """Visible logical GPUs (visible GPUs x split), else 1 (CPU:0)."""
         visible = self.gpus_visible(self.gpu_count)
         return sum(len(self.logical_mb.get(i, ())) or 1 for i in visible) or 1
+
+    def extend(self, later: Plan) -> None:
+        """Add a later hook point's plan: its lists after these, its other fields over
+        these where it set them."""
+        for spec in fields(self):
+            mine, theirs = getattr(self, spec.name), getattr(later, spec.name)
+            if isinstance(mine, list):
+                mine.extend(theirs)
+            elif isinstance(mine, dict):
+                mine.update(theirs)
+            elif spec.default is MISSING or theirs != spec.default:
+                setattr(self, spec.name, theirs)
 
     def refuse(self, settings: Settings, name: str, why: str) -> None:
         """``name`` is set and this framework cannot apply it: an error when it runs the

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError, Problem
 from ..values import digits, nonblank
 from . import TASK_TYPES
-from .hostlist import block_layout, expand_counts, expand_hosts, plane_layout
+from .hostlist import DISTRIBUTIONS, Distribution, expand_counts, expand_hosts
 from .tfconfig import VARIABLE, TfConfig, check
 from .variables import ClusterSettings
 
@@ -202,46 +202,58 @@ def _slurm_int(env: Mapping[str, str], name: str, problems: list[Problem]) -> in
     return number
 
 
-DISTRIBUTIONS = "block (the default), cyclic or plane"
+def _listed(words: list[str]) -> str:
+    return ", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]
 
 
-def _distribution(env: Mapping[str, str], problems: list[Problem]) -> tuple[str, int]:
-    """The step's node distribution from ``SLURM_DISTRIBUTION``, as (name, plane size).
+ACCEPTED = _listed(
+    [d.name + (" (the default)" if not i else "") for i, d in enumerate(DISTRIBUTIONS)]
+)
+FIX = _listed([d.srun + (" (the default)" if not i else "") for i, d in enumerate(DISTRIBUTIONS)])
+
+
+def _distribution(env: Mapping[str, str], problems: list[Problem]) -> tuple[Distribution, int]:
+    """The step's node distribution from ``SLURM_DISTRIBUTION``, with its plane size.
 
     Only the first level counts (``cyclic:block`` places tasks on nodes cyclically); a
     ``,Pack`` or ``,NoPack`` option changes nothing once the counts per node are known.
     """
+    default = DISTRIBUTIONS[0]
     raw = nonblank(env, "SLURM_DISTRIBUTION")
     if raw is None:
-        return "block", 0
+        return default, 0
     level = raw.split(":")[0].split(",")[0].strip().lower()
-    if level in ("block", "*", ""):
-        return "block", 0
-    if level == "cyclic":
-        return "cyclic", 1
-    size = digits(nonblank(env, "SLURM_DIST_PLANESIZE") or "")
-    if level.startswith("plane") and size:
-        return "plane", size
-    why = (
-        "plane without SLURM_DIST_PLANESIZE"
-        if level.startswith("plane")
-        else "arbitrary places ranks from a host file tfboot does not see"
-        if level == "arbitrary"
-        else "an unknown distribution"
-    )
+    found = next((d for d in DISTRIBUTIONS if d.names(level)), None)
+    if found is not None and not found.needs_plane:
+        return found, 0
+    if found is not None:
+        given = nonblank(env, "SLURM_DIST_PLANESIZE")
+        size = digits(given or "")
+        if size:
+            return found, size
+        if given is not None:
+            problems.append(
+                Problem("SLURM_DIST_PLANESIZE", given, "expected a plane size of at least 1")
+            )
+            return default, 0
+        why = f"{found.name} without SLURM_DIST_PLANESIZE"
+    elif level == "arbitrary":
+        why = "arbitrary places ranks from a host file tfboot does not see"
+    else:
+        why = "an unknown distribution"
     problems.append(
         Problem(
             "SLURM_DISTRIBUTION",
             raw,
-            f"expected {DISTRIBUTIONS}: {why}",
-            "run srun with --distribution=block (the default), cyclic or plane=N",
+            f"expected {ACCEPTED}: {why}",
+            f"run srun with --distribution={FIX}",
         )
     )
-    return "block", 0
+    return default, 0
 
 
 def _slurm_layout(
-    env: Mapping[str, str], problems: list[Problem], distribution: tuple[str, int]
+    env: Mapping[str, str], problems: list[Problem], distribution: tuple[Distribution, int]
 ) -> list[tuple[str, int]]:
     layout: list[tuple[str, int]] = []
     names = ("SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE")
@@ -267,8 +279,8 @@ def _slurm_layout(
             )
         )
         return layout
-    name, plane = distribution
-    return block_layout(hosts, counts) if name == "block" else plane_layout(hosts, counts, plane)
+    placed, plane = distribution
+    return placed.layout(hosts, counts, plane)
 
 
 def _slurm(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
@@ -285,7 +297,7 @@ def _slurm(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
     rank = _slurm_int(env, "SLURM_PROCID", problems)
     placed = _distribution(env, problems)
     layout = _slurm_layout(env, problems, placed)
-    distribution = placed[0]
+    distribution = placed[0].name
     if problems or rank is None:
         raise ConfigError(problems)
     total = len(layout)

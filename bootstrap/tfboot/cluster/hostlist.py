@@ -1,12 +1,16 @@
-"""Slurm's compressed host and task lists, expanded in Slurm's own order (never sorted).
+"""Slurm's compressed host and task lists, expanded in Slurm's own order (never sorted), and
+the distributions that place a step's ranks on its nodes.
 
 ``node[9-10]`` -> node9, node10; ``gpu[01-03,07]`` keeps the zero padding; ``a1,b[1-2]``;
-``2(x3),1`` -> 2, 2, 2, 1 tasks per node.
+``2(x3),1`` -> 2, 2, 2, 1 tasks per node. ``DISTRIBUTIONS`` lists each distribution
+``SLURM_DISTRIBUTION`` may name, with the layout it gives.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..errors import ConfigError, Problem
 from ..values import digits
@@ -104,3 +108,28 @@ def plane_layout(hosts: list[str], counts: list[int], plane: int) -> list[tuple[
                 taken[node] += 1
                 left[node] -= 1
     return layout
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A node distribution: the first level of ``SLURM_DISTRIBUTION`` that names it, and the
+    (host, local rank) of each global rank it gives (``plane``: ``SLURM_DIST_PLANESIZE``)."""
+
+    name: str
+    levels: tuple[str, ...]  # the words that name it; a word ending in "=" is a prefix
+    layout: Callable[[list[str], list[int], int], list[tuple[str, int]]]
+    needs_plane: bool = False
+    srun: str = ""  # how srun's --distribution names it, for the fix
+
+    def names(self, level: str) -> bool:
+        return any(
+            level == w or (w.endswith("=") and level.startswith(w[:-1])) for w in self.levels
+        )
+
+
+# Every distribution tfboot can lay out, the default first.
+DISTRIBUTIONS = (
+    Distribution("block", ("block", "*", ""), lambda h, c, _p: block_layout(h, c), srun="block"),
+    Distribution("cyclic", ("cyclic",), lambda h, c, _p: plane_layout(h, c, 1), srun="cyclic"),
+    Distribution("plane", ("plane=",), plane_layout, needs_plane=True, srun="plane=N"),
+)

@@ -49,13 +49,16 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
     ``frameworks``: what to import (JAX and PyTorch first, as Keras on them would); every
     JAX or PyTorch in the process then gets a section under ``frameworks``.
     """
+    from .. import ADAPTERS
     from .._startup import without_tensorflow_hook
     from . import frameworks as doctor
 
     errors = doctor.import_frameworks([f for f in frameworks if f != "tensorflow"])
     if "tensorflow" not in frameworks:
         return {"frameworks": doctor.collect(errors)}
-    without_tensorflow_hook()  # apply below, catching errors, instead of failing in the import
+    without_tensorflow_hook(
+        ADAPTERS
+    )  # apply below, catching errors, instead of failing in the import
     import tensorflow as tf
 
     error = None

@@ -45,7 +45,7 @@ def collect(errors: dict[str, str]) -> dict[str, dict[str, Any]]:
     """A section for every JAX or PyTorch imported in this process, or refused."""
     found = results()
     sections = {}
-    for module in ("jax", "torch"):
+    for module in (m for m in NAMES if m != "tensorflow"):  # TensorFlow has its own report
         if module not in sys.modules and module not in errors:
             continue
         result = found.get(module)

@@ -151,8 +151,7 @@ def _merge(
         return Result(adapter.NAME, settings=budget.settings, plan=plan, calls=calls,
                       warnings=list(plan.warnings), role=budget.role,
                       qualified=adapter.QUALIFIED)  # fmt: skip
-    earlier.plan.decisions += plan.decisions
-    earlier.plan.warnings += plan.warnings
+    earlier.plan.extend(plan)
     earlier.warnings += plan.warnings
     earlier.calls += calls
     return earlier

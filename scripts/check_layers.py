@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Check tfboot's layers from its source: every import goes down (or stays in its layer),
+no framework adapter imports another, and no import makes a circle.
+
+Run: python scripts/check_layers.py [bootstrap/tfboot]; exit 1 with one line per fault.
+Every ``import`` counts, at module level or inside a function. The layers, lowest first,
+are ``LAYERS``; docs/architecture.md draws them.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+PACKAGE = "tfboot"
+# Lowest first: a module may import its own layer and the layers before it.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("foundations", ("errors", "values")),
+    ("node", ("node",)),
+    ("cluster", ("cluster",)),
+    ("contract", ("envfile", "settings")),
+    ("budget", ("budget",)),
+    ("adapters", ("adapters",)),
+    ("executor", ("executor",)),
+    ("start-up", ("", "_startup", "_hook")),
+    ("tools", ("__main__", "cli", "doctor", "verify", "selftest", "manifests")),
+)
+ADAPTERS = "adapters"
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The tfboot modules ``path`` (module ``name``) imports, by full name: for ``from P
+    import x``, the submodule ``P.x`` where there is one, else ``P`` itself."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == PACKAGE}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != PACKAGE:
+                continue
+            for alias in node.names:
+                submodule = f"{target}.{alias.name}"
+                found.add(submodule if submodule in modules else target)
+    return found
+
+
+def layer(name: str) -> int:
+    """The index of ``name``'s layer (by its first part under the package)."""
+    head = name.split(".")[1] if "." in name else ""
+    for index, (_label, members) in enumerate(LAYERS):
+        if head in members:
+            return index
+    raise KeyError(f"{name} is in no layer: add it to LAYERS in scripts/check_layers.py")
+
+
+def check(root: Path) -> list[str]:
+    modules = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    faults: list[str] = []
+    for name, path in modules.items():
+        targets = {t for t in imports(path, name, set(modules)) if t in modules and t != name}
+        graph[name] = targets
+        for target in sorted(targets):
+            if layer(target) > layer(name):
+                faults.append(
+                    f"{name} ({LAYERS[layer(name)][0]}) imports {target} "
+                    f"({LAYERS[layer(target)][0]}), a higher layer"
+                )
+            mine, theirs = name.split("."), target.split(".")
+            if mine[1:2] == theirs[1:2] == [ADAPTERS] and len(mine) > 2 and len(theirs) > 2:
+                faults.append(f"{name} imports {target}: an adapter imports another adapter")
+    faults += [f"import circle: {' -> '.join(c)}" for c in circles(graph)]
+    return faults
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One path for each circle found by a depth-first walk."""
+    found: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def walk(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                found.append([*path[path.index(target) :], target])
+            elif target not in state:
+                walk(target, [*path, target])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            walk(node, [node])
+    return found
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[0] if argv else Path(__file__).parent.parent / "bootstrap" / PACKAGE)
+    faults = check(root.resolve())
+    for fault in faults:
+        print(fault)
+    return 1 if faults else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
