@@ -58,30 +58,34 @@ def imports(path: Path, name: str, modules: set[str]) -> set[str]:
     return found
 
 
-def layer(name: str) -> int:
-    """The index of ``name``'s layer (by its first part under the package)."""
+def layer(name: str) -> int | None:
+    """The index of ``name``'s layer (by its first part under the package); None: none."""
     head = name.split(".")[1] if "." in name else ""
-    for index, (_label, members) in enumerate(LAYERS):
-        if head in members:
-            return index
-    raise KeyError(f"{name} is in no layer: add it to LAYERS in scripts/check_layers.py")
+    return next((i for i, (_label, members) in enumerate(LAYERS) if head in members), None)
 
 
 def check(root: Path) -> list[str]:
     modules = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
     graph: dict[str, set[str]] = {}
-    faults: list[str] = []
+    faults = [
+        f"{name} is in no layer: add it to LAYERS in scripts/check_layers.py"
+        for name in modules
+        if layer(name) is None
+    ]
+    if faults:
+        return faults
     for name, path in modules.items():
         targets = {t for t in imports(path, name, set(modules)) if t in modules and t != name}
         graph[name] = targets
         for target in sorted(targets):
-            if layer(target) > layer(name):
+            mine, theirs = layer(name) or 0, layer(target) or 0
+            if theirs > mine:
                 faults.append(
-                    f"{name} ({LAYERS[layer(name)][0]}) imports {target} "
-                    f"({LAYERS[layer(target)][0]}), a higher layer"
+                    f"{name} ({LAYERS[mine][0]}) imports {target} ({LAYERS[theirs][0]}), "
+                    "a higher layer"
                 )
-            mine, theirs = name.split("."), target.split(".")
-            if mine[1:2] == theirs[1:2] == [ADAPTERS] and len(mine) > 2 and len(theirs) > 2:
+            parts, other = name.split("."), target.split(".")
+            if parts[1:2] == other[1:2] == [ADAPTERS] and len(parts) > 2 and len(other) > 2:
                 faults.append(f"{name} imports {target}: an adapter imports another adapter")
     faults += [f"import circle: {' -> '.join(c)}" for c in circles(graph)]
     return faults

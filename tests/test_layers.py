@@ -1,0 +1,83 @@
+"""The house's rules, read from the source: layers, no circles, one list per fact.
+
+``scripts/check_layers.py`` is run on the real package and on small made-up packages that
+break each rule, so the check itself is known to fail when it should.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tfboot
+from tfboot.node.deviceplugin import PLUGINS
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "check_layers.py"
+
+
+def check(package: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), str(package)], capture_output=True, text=True, check=False
+    )
+
+
+def test_the_package_imports_only_downward_without_circles() -> None:
+    result = check(ROOT / "bootstrap" / "tfboot")
+    assert result.returncode == 0 and result.stdout == "", result.stdout
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    package = root / "tfboot"
+    for name, text in {"__init__.py": "", **files}.items():
+        path = package / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return package
+
+
+@pytest.mark.parametrize(
+    ("files", "fault"),
+    [
+        (
+            {"errors.py": "def f():\n    from .settings import X\n", "settings.py": ""},
+            "tfboot.errors (foundations) imports tfboot.settings (contract), a higher layer",
+        ),
+        (
+            {"adapters/__init__.py": "", "adapters/jax.py": "from .torch import A\n",
+             "adapters/torch.py": ""},
+            "tfboot.adapters.jax imports tfboot.adapters.torch: an adapter imports another",
+        ),
+        (
+            {"errors.py": "from . import values\n", "values.py": "from .errors import E\n"},
+            "import circle: tfboot.errors -> tfboot.values -> tfboot.errors",
+        ),
+    ],
+)  # fmt: skip
+def test_the_check_finds_each_fault(tmp_path: Path, files: dict[str, str], fault: str) -> None:
+    result = check(write(tmp_path, files))
+    assert result.returncode == 1 and fault in result.stdout, result.stdout
+
+
+def test_a_module_outside_every_layer_is_named(tmp_path: Path) -> None:
+    result = check(write(tmp_path, {"newthing.py": ""}))
+    assert result.returncode == 1 and "tfboot.newthing is in no layer" in result.stdout
+
+
+def test_the_docs_list_the_watched_modules_as_the_start_up_table() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| `adapters/(\w+)\.py` \|$", text, re.M))
+    assert rows == tfboot.ADAPTERS
+
+
+def test_the_readme_names_every_device_plugin_variable_and_resource() -> None:
+    readme = (ROOT / "README.md").read_text()
+    kubernetes = (ROOT / "docs" / "kubernetes.md").read_text()
+    for plugin in PLUGINS:
+        for variable in re.findall(r"[A-Z][A-Z_]+[A-Z]", plugin.variables):
+            assert variable in readme, variable
+        if plugin.resource:
+            assert plugin.resource in readme + kubernetes, plugin.resource
