@@ -82,26 +82,28 @@ def count_candidates(root: Path, twin: str, env: dict[str, str]) -> None:
     count_watched(root / purelib.relative_to(sys.prefix) / "tfboot" / "__init__.py", twin, env)
 
 
-# The modules the trampoline watched before JAX and PyTorch joined.
-EARLIER_WATCHED = 'WATCHED = ("tensorflow", "keras", "tf_keras")'
+# The previous release's form: the five watched names as a tuple, before the start-up
+# table mapped each one to its adapter.
+EARLIER_WATCHED = 'ADAPTERS = ("tensorflow", "keras", "tf_keras", "jax", "torch")'
 # Code whose every import passes through the trampoline: about a hundred modules.
 MANY_IMPORTS = "import asyncio, email.parser, http.client, json, logging"
 
 
 def count_watched(init: Path, twin: str, env: dict[str, str]) -> None:
-    """The trampoline with this release's watched names and with the earlier three."""
+    """The trampoline with this release's table and with the previous release's tuple."""
     release = init.read_text()
-    earlier = re.sub(r"^WATCHED = \(.*\)$", EARLIER_WATCHED, release, flags=re.M)
+    earlier = re.sub(r"^ADAPTERS = \{.*?^\}$", EARLIER_WATCHED, release, flags=re.M | re.S)
+    assert earlier != release, "the ADAPTERS table was not found"
     counts = {}
-    for label, text in (("earlier names", earlier), ("this release", release)):
+    for label, text in (("names as tuple", earlier), ("this release", release)):
         init.unlink()  # never write through a hard link
         init.write_text(text)
         # Its bytecode, written once (PYTHONDONTWRITEBYTECODE would make every run compile).
         writing = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
         subprocess.run([twin, "-c", "pass"], env=writing, check=True)
         counts[label] = [instructions(twin, env, code) for code in ("pass", MANY_IMPORTS)]
-    print("the trampoline's watched names; instructions of `python -c pass` and of "
-          f"`python -c '{MANY_IMPORTS}'`")  # fmt: skip
+    print("the trampoline's watched names, a tuple or the table; instructions of "
+          f"`python -c pass` and of `python -c '{MANY_IMPORTS}'`")  # fmt: skip
     (pass_a, many_a), (pass_b, many_b) = counts.values()
     for label, (one, many) in counts.items():
         print(f"{label:<14} {one / 1e6:>8.3f} M  {many / 1e6:>8.3f} M")
