@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .cluster import MODES, NAMES
 from .errors import ConfigError, Problem
 from .node.deviceplugin import looked_for, read_plugin_limit
+from .provenance import user_value
 from .values import digits, nonblank, positive, shorten
 
 BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True,
@@ -387,7 +388,7 @@ def resolve(env: Mapping[str, str] | None = None, names: Collection[str] | None 
             cluster = read_cluster(layered.values, layered.parse)
         except ConfigError as exc:
             problems += exc.problems
-    problems += _cross_checks(env, values, per_gpu, given)
+    problems += _cross_checks(env, values, per_gpu, given, tensorflow=names is None)
     if problems:
         raise ConfigError(problems)
     return Settings(
@@ -416,8 +417,10 @@ def _cross_checks(
     values: dict[str, Any],
     per_gpu: dict[int, int],
     given: dict[str, tuple[str, str]],
+    tensorflow: bool,
 ) -> list[Problem]:
-    """Checks between variables that need no device list."""
+    """Checks between variables that need no device list; with ``tensorflow``, against the
+    variable TensorFlow reads (the other frameworks never read it)."""
     problems: list[Problem] = []
     split = values.get("VIRTUAL_SPLIT")
     caps = [c for c in [values.get("MEMORY_LIMIT_MB"), *per_gpu.values()] if isinstance(c, int)]
@@ -440,7 +443,8 @@ def _cross_checks(
             )
         )
     growth = values.get("MEMORY_GROWTH")
-    forced = nonblank(env, "TF_FORCE_GPU_ALLOW_GROWTH")  # blank: unset, as TensorFlow reads it
+    # Blank is unset, as TensorFlow reads it; a value tfboot or Keras wrote is not the user's.
+    forced = user_value(env, "TF_FORCE_GPU_ALLOW_GROWTH") if tensorflow else None
     if growth is not None and forced is not None and forced != str(growth).lower():
         problems.append(
             Problem(

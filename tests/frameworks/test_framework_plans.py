@@ -12,7 +12,8 @@ from tfboot.adapters.torch import plan_torch
 from tfboot.budget import FRAMEWORK_READS, NO_LIMIT, Budget, make_budget
 from tfboot.budget.roles import ALONG, RUNS_MODEL, Role
 from tfboot.node.cpu import CpuBudget
-from tfboot.node.cuda import CUDA_VISIBLE_BASE, cuda_devices
+from tfboot.node.cuda import cuda_devices
+from tfboot.provenance import RECORD, with_write
 
 NO_QUOTA = CpuBudget(affinity=8, quota=None, quota_source="")
 QUOTA = CpuBudget(affinity=8, quota=1.5, quota_source="/sys/fs/cgroup/cpu.max")
@@ -169,20 +170,32 @@ class TestJax:
         assert "the cap does not hold" in plan.warnings[0]
 
 
+def narrowed(env: dict[str, str], now: str, was: str | None) -> dict[str, str]:
+    """``env`` as a parent leaves it: CUDA_VISIBLE_DEVICES narrowed by tfboot from ``was``."""
+    parent = dict(env) if was is None else {**env, "CUDA_VISIBLE_DEVICES": was}
+    return {**env, "CUDA_VISIBLE_DEVICES": now,
+            RECORD: with_write(parent, "CUDA_VISIBLE_DEVICES", now, "tfboot")}  # fmt: skip
+
+
 class TestTorch:
     def test_nothing_set_sets_nothing(self) -> None:
         plan = torch({}, gpus=2)
         assert plan.environ == {} and torch_threads(plan) is None and not caps(plan)
 
-    def test_visible_narrows_cuda_visible_devices_and_keeps_the_base(self) -> None:
+    def test_visible_narrows_cuda_visible_devices(self) -> None:
         plan = torch({"VISIBLE_GPU": "1", "CUDA_VISIBLE_DEVICES": "4,5,6"}, gpus=8)
-        assert plan.environ == {"CUDA_VISIBLE_DEVICES": "5", CUDA_VISIBLE_BASE: "4,5,6"}
+        assert plan.environ == {"CUDA_VISIBLE_DEVICES": "5"}
 
-    def test_a_child_counts_from_the_same_base(self) -> None:
-        child = {"VISIBLE_GPU": "1", "CUDA_VISIBLE_DEVICES": "5", CUDA_VISIBLE_BASE: "4,5,6"}
+    def test_a_child_counts_from_the_list_before_tfboot_narrowed_it(self) -> None:
+        child = narrowed({"VISIBLE_GPU": "1"}, "5", "4,5,6")
         assert torch(child, gpus=8).environ["CUDA_VISIBLE_DEVICES"] == "5"
-        unset = {"VISIBLE_GPU": "0,2", "CUDA_VISIBLE_DEVICES": "0,2", CUDA_VISIBLE_BASE: "-"}
+        unset = narrowed({"VISIBLE_GPU": "0,2"}, "0,2", None)
         assert torch(unset, gpus=3).environ["CUDA_VISIBLE_DEVICES"] == "0,2"
+
+    def test_a_childs_own_cuda_visible_devices_is_its_own(self) -> None:
+        """The parent's narrowing is in the record; the user's later value is theirs."""
+        child = {**narrowed({}, "0", "4,5,6"), "CUDA_VISIBLE_DEVICES": "3"}
+        assert cuda_devices(child, 8) == (["3"], False)
 
     def test_cuda_stops_at_the_first_device_it_cannot_use(self) -> None:
         assert cuda_devices({"CUDA_VISIBLE_DEVICES": "1,7,0"}, 2) == (["1"], False)

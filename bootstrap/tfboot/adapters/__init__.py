@@ -19,14 +19,15 @@ adapters.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..budget.roles import RUNS_MODEL, Role
 from ..errors import ConfigError, Problem
+from ..provenance import user_value
 from ..settings import Settings
-from ..values import nonblank, shorten
+from ..values import shorten
 
 if TYPE_CHECKING:
     from ..budget.hostmemory import HostMemory
@@ -75,6 +76,7 @@ class Patch:
     name: str
     args: tuple[Any, ...]
     reason: str
+    needs: tuple[str, ...] = ()  # the attributes of the module it uses
 
 
 @dataclass
@@ -140,20 +142,37 @@ class Plan:
             self.decisions.append(f"{settings.shown(name)} not applied: {why}")
 
     def setenv(
-        self, env: Mapping[str, str], name: str, value: str, settings: Settings, variable: str
+        self,
+        env: Mapping[str, str],
+        name: str,
+        value: str,
+        settings: Settings,
+        variable: str,
+        meaning: Callable[[str], object] = str,
     ) -> bool:
-        """Set ``name`` for the framework unless the process already set it otherwise."""
-        if not self.agrees(env, name, value, settings, variable):
+        """Set ``name`` for the framework unless the user set it: to the same meaning (as
+        ``meaning`` reads it, as the framework does), which is kept, or otherwise, which is
+        a contradiction. A value tfboot or a framework wrote is never the user's."""
+        current = user_value(env, name)
+        if current is not None and meaning(current) == meaning(value):
+            return True
+        if not self.agrees(env, name, value, settings, variable, meaning):
             return False
         self.environ[name] = value
         return True
 
     def agrees(
-        self, env: Mapping[str, str], name: str, value: str, settings: Settings, variable: str
+        self,
+        env: Mapping[str, str],
+        name: str,
+        value: str,
+        settings: Settings,
+        variable: str,
+        meaning: Callable[[str], object] = str,
     ) -> bool:
-        """False, with the problem recorded, when the process set ``name`` otherwise."""
-        current = nonblank(env, name)
-        if current is not None and current != value:
+        """False, with the problem recorded, when the user set ``name`` otherwise."""
+        current = user_value(env, name)
+        if current is not None and meaning(current) != meaning(value):
             self.problems.append(
                 Problem(
                     variable,

@@ -25,8 +25,9 @@ from ..budget.roles import NAMES, Role, decide
 from ..errors import ConfigError, Problem
 from ..node.cuda import cuda_devices
 from ..node.nvml import read_inventory
+from ..node.xlaflags import value as xla_flag
+from ..provenance import user_value
 from ..settings import Settings
-from ..values import nonblank
 from . import Patch, Plan, Read
 
 MODULE = "jax"
@@ -46,7 +47,23 @@ ALLOCATOR_ENV = "XLA_PYTHON_CLIENT_ALLOCATOR"
 PLATFORMS_ENV = "JAX_PLATFORMS"
 VISIBLE_ENV = "JAX_CUDA_VISIBLE_DEVICES"
 CPU_DEVICES_ENV = "JAX_NUM_CPU_DEVICES"
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"  # read when JAX's count is unset
+WRITES = (VISIBLE_ENV, PLATFORMS_ENV, FRACTION_ENV, PREALLOCATE_ENV, CPU_DEVICES_ENV)
 DECIMALS = 6
+
+
+def preallocates(value: str) -> bool:
+    """``XLA_PYTHON_CLIENT_PREALLOCATE`` as JAX reads it (jaxlib/xla_client.py, JAX 0.10.2,
+    ``generate_pjrt_gpu_plugin_options``): any value but ``false``, ``False`` or ``0``."""
+    return value not in ("false", "False", "0")
+
+
+def number(value: str) -> object:
+    """A number as JAX's ``int()``/``float()`` of the variable reads it; else the text."""
+    try:
+        return float(value)
+    except ValueError:
+        return value
 
 
 def fraction_text(cap_mib: int, total_bytes: int) -> str:
@@ -97,13 +114,32 @@ def plan_jax(budget: Budget, totals: tuple[int, ...], narrowed: bool = False) ->
         if gpu_count and plan.setenv(env, PLATFORMS_ENV, "cpu", settings, "VISIBLE_GPU"):  # none
             plan.decisions.append(f"no GPU: {PLATFORMS_ENV}=cpu ({settings.shown('VISIBLE_GPU')})")
         count = cpu_split(settings)
-        if count > 1 and plan.setenv(env, CPU_DEVICES_ENV, str(count), settings, "VIRTUAL_SPLIT"):
+        if count > 1 and _host_devices(plan, budget, count):
             why = settings.shown("VIRTUAL_SPLIT")
             plan.cpu_logical = count
             plan.decisions.append(f"{count} CPU devices via {CPU_DEVICES_ENV} ({why}, no GPU)")
     plan.warnings += budget.threads(NAME).warnings
     plan.check()
     return plan
+
+
+def _host_devices(plan: Plan, budget: Budget, count: int) -> bool:
+    """``JAX_NUM_CPU_DEVICES`` for ``VIRTUAL_SPLIT``; it overrides the XLA flag JAX reads when
+    it is unset (jax/_src/xla_bridge.py, JAX 0.10.2, ``num_cpu_devices``), so a user's flag
+    with another count is a contradiction, never silently beaten."""
+    settings, env = budget.settings, budget.env
+    given = xla_flag(user_value(env, "XLA_FLAGS") or "", HOST_DEVICES_FLAG)
+    if given is not None and number(given) != count:
+        plan.problems.append(
+            Problem(
+                "VIRTUAL_SPLIT",
+                settings.given["VIRTUAL_SPLIT"][0],
+                f"it contradicts {HOST_DEVICES_FLAG}={given} in XLA_FLAGS, which JAX reads",
+                "set only one of them",
+            )
+        )
+        return False
+    return plan.setenv(env, CPU_DEVICES_ENV, str(count), settings, "VIRTUAL_SPLIT", number)
 
 
 def _pool(budget: Budget, problem: str | None) -> Plan:
@@ -183,14 +219,14 @@ def _plan_gpus(plan: Plan, budget: Budget, totals: tuple[int, ...], narrowed: bo
     visible = gpus.visible
     if visible is not None and not narrowed:
         listed = ",".join(map(str, visible))
-        if plan.setenv(env, VISIBLE_ENV, listed, settings, "VISIBLE_GPU"):
+        if plan.setenv(env, VISIBLE_ENV, listed, settings, "VISIBLE_GPU"):  # JAX splits at ","
             why = settings.shown("VISIBLE_GPU")
             plan.decisions.append(f"GPUs {list(visible)} visible via {VISIBLE_ENV} ({why})")
     elif visible is not None:
         plan.decisions.append(
             f"GPUs {list(visible)} visible: CUDA_VISIBLE_DEVICES already narrowed for PyTorch"
         )
-    if settings.require_gpu and plan.role.runs_model and nonblank(env, PLATFORMS_ENV) is None:
+    if settings.require_gpu and plan.role.runs_model and user_value(env, PLATFORMS_ENV) is None:
         plan.environ[PLATFORMS_ENV] = "cuda"
         plan.decisions.append(
             f"{PLATFORMS_ENV}=cuda: no CPU fallback ({settings.shown('REQUIRE_GPU')})"
@@ -203,12 +239,12 @@ def _plan_gpus(plan: Plan, budget: Budget, totals: tuple[int, ...], narrowed: bo
         _plan_cap(plan, settings, min(c for c in caps if c is not None), max(totals), env)
     growth = settings.memory_growth
     if growth is not None and plan.setenv(
-        env, PREALLOCATE_ENV, str(not growth).lower(), settings, "MEMORY_GROWTH"
+        env, PREALLOCATE_ENV, str(not growth).lower(), settings, "MEMORY_GROWTH", preallocates
     ):
         how = "grows on demand" if growth else "preallocated"
+        shown = plan.environ.get(PREALLOCATE_ENV) or user_value(env, PREALLOCATE_ENV)
         plan.decisions.append(
-            f"memory {how} via {PREALLOCATE_ENV}={plan.environ[PREALLOCATE_ENV]} "
-            f"({settings.shown('MEMORY_GROWTH')})"
+            f"memory {how} via {PREALLOCATE_ENV}={shown} ({settings.shown('MEMORY_GROWTH')})"
         )
 
 
@@ -219,15 +255,15 @@ def _plan_cap(plan: Plan, settings: Settings, cap: int, total: int, env: Mapping
             cap_over_gpu(settings.given["MEMORY_LIMIT_MB"][0], cap, total_mib, "the GPU")
         )
     fraction = fraction_text(cap, total)
-    if not plan.agrees(env, OLD_FRACTION_ENV, fraction, settings, "MEMORY_LIMIT_MB"):
+    if not plan.agrees(env, OLD_FRACTION_ENV, fraction, settings, "MEMORY_LIMIT_MB", number):
         return
-    if not plan.setenv(env, FRACTION_ENV, fraction, settings, "MEMORY_LIMIT_MB"):
+    if not plan.setenv(env, FRACTION_ENV, fraction, settings, "MEMORY_LIMIT_MB", number):
         return
     plan.decisions.append(
         f"memory capped at {FRACTION_ENV}={fraction} of {total_mib} MiB "
         f"({settings.shown('MEMORY_LIMIT_MB')})"
     )
-    allocator = nonblank(env, ALLOCATOR_ENV)
+    allocator = user_value(env, ALLOCATOR_ENV)
     if allocator is not None and allocator.lower() == "platform":
         plan.warnings.append(
             f"{ALLOCATOR_ENV}={allocator}: JAX then ignores {FRACTION_ENV}, so the cap does not "

@@ -20,6 +20,7 @@ QUALIFIED = True
 READS = frozenset({"MIXED_PRECISION"})
 PREFIX = "keras."
 STAGES = ("after",)
+WRITES = ()  # Keras gets calls only
 REPORTED_BY = "tensorflow"  # an invalid value is reported by TensorFlow when it is loaded
 
 

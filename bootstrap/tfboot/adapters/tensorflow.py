@@ -20,7 +20,7 @@ from ..errors import Problem
 from ..node.hostmem import PINNED_ENV
 from ..node.nccl import measure, why_needed
 from ..node.xla import Toolchain, pip_toolchain, plan_toolchain
-from ..values import nonblank
+from ..provenance import user_value
 from . import Call, Item, New, Patch, Plan, Read
 
 MODULE = "tensorflow"
@@ -34,6 +34,8 @@ REPORTED_BY = ""  # it reports its own invalid settings
 INTRA_ENV = "TF_NUM_INTRAOP_THREADS"
 INTER_ENV = "TF_NUM_INTEROP_THREADS"
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
+# What tfboot may write for TensorFlow; a parent's inherited value it does not plan is put back.
+WRITES = (GROWTH_ENV, PINNED_ENV, "XLA_FLAGS")
 DATA_HOOK = "_apply_debug_options"  # the Dataset method every consumer of a dataset calls
 LISTED = ("config.list_physical_devices", ("GPU",))
 # Setting -> (call target, how the call is named): the calls made after the device ones.
@@ -166,7 +168,7 @@ def _gpus(plan: Plan, budget: Budget, gpu_count: int) -> None:
         logical = [_logical(Item(*LISTED, i), [New(CONFIGURATION, (("memory_limit", mb),))
                                                for mb in sizes], plan.decisions[-1])
                    for i, sizes in plan.logical_mb.items()]  # fmt: skip
-        if budget.env.get("TF_GPU_ALLOCATOR", "").strip() == "cuda_malloc_async":
+        if (user_value(budget.env, "TF_GPU_ALLOCATOR") or "").strip() == "cuda_malloc_async":
             plan.warnings.append(
                 "TF_GPU_ALLOCATOR=cuda_malloc_async: memory_limit is then a release threshold, "
                 "not a hard cap; unset TF_GPU_ALLOCATOR for a hard cap"
@@ -230,10 +232,9 @@ def _threads(plan: Plan, budget: Budget) -> None:
         (INTRA_ENV, "intra-op", "set_intra_op_parallelism_threads"),
         (INTER_ENV, "inter-op", "set_inter_op_parallelism_threads"),
     ):
-        if budget.env.get(variable, "").strip():
-            plan.decisions.append(
-                f"{pool} threads left to {variable}={budget.env[variable]} (explicit)"
-            )
+        explicit = user_value(budget.env, variable)
+        if explicit is not None:
+            plan.decisions.append(f"{pool} threads left to {variable}={explicit} (explicit)")
         else:
             plan.decisions.append(f"{pool} threads {threads.count} ({threads.why})")
             plan.calls.append(
@@ -264,10 +265,9 @@ def _host_memory(plan: Plan, budget: Budget, hooked: bool) -> Patch | None:
         return patch
     # Read only where TensorFlow makes a GPU's pinned host allocator; set without listing
     # devices, which would start the GPU driver at import.
-    if nonblank(env, PINNED_ENV) is not None:
-        plan.decisions.append(
-            f"pinned host memory left to {PINNED_ENV}={env[PINNED_ENV]} (explicit)"
-        )
+    explicit = user_value(env, PINNED_ENV)
+    if explicit is not None:
+        plan.decisions.append(f"pinned host memory left to {PINNED_ENV}={explicit} (explicit)")
         return patch
     plan.environ[PINNED_ENV] = str(pinned)
     plan.decisions.append(

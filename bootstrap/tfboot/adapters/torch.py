@@ -15,6 +15,7 @@ everything is applied at ``import torch``:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,10 +23,10 @@ from ..budget import FRAMEWORK_READS, Budget
 from ..budget.gpus import gpu_required, unused_on_cpu
 from ..budget.roles import NAMES, Role, decide
 from ..errors import ConfigError, Problem
-from ..node.cuda import CUDA_VISIBLE, CUDA_VISIBLE_BASE, UNSET, cuda_devices
+from ..node.cuda import CUDA_VISIBLE, cuda_devices
 from ..node.nvml import read_inventory
+from ..provenance import user_value
 from ..settings import Settings
-from ..values import nonblank
 from . import Call, Patch, Plan, Read
 
 MODULE = "torch"
@@ -35,7 +36,26 @@ READS = FRAMEWORK_READS
 PREFIX = "torch."
 STAGES = ("before", "after")
 REPORTED_BY = ""  # it reports its own invalid settings
-OMP_ENV = "OMP_NUM_THREADS"
+# The variables PyTorch sizes its intra-op pool from, the later winning
+# (aten/src/ATen/ParallelCommon.cpp, PyTorch 2.13, ``intraop_default_num_threads``).
+THREAD_ENVS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+WRITES = (CUDA_VISIBLE,)
+
+
+def env_threads(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """The variable and value PyTorch takes its thread count from, or None.
+
+    PyTorch reads each with ``std::stoi`` and keeps a count above 0 (``get_env_num_threads``):
+    leading blanks and a sign, then digits, the rest ignored; anything else is ignored
+    with a warning, so it does not count.
+    """
+    found = None
+    for name in THREAD_ENVS:
+        value = user_value(env, name)
+        match = re.match(r"\s*[+-]?[0-9]+", value or "")
+        if value is not None and match and int(match.group()) > 0:
+            found = (name, value)
+    return found
 
 
 def role(importing: Sequence[str], taken: Sequence[str], backend: Callable[[], str]) -> Role:
@@ -95,11 +115,14 @@ def plan_torch(budget: Budget, devices: list[str]) -> Plan:
     threads = budget.threads(NAME)
     plan.warnings += threads.warnings
     if threads.count is not None:
-        if nonblank(env, OMP_ENV) is None:
+        explicit = env_threads(env)
+        if explicit is None:
             plan.decisions.append(f"intra-op threads {threads.count} ({threads.why})")
             plan.calls.append(_threads("set_num_threads", threads.count, plan.decisions[-1]))
         else:
-            plan.decisions.append(f"intra-op threads left to {OMP_ENV}={env[OMP_ENV]} (explicit)")
+            plan.decisions.append(
+                f"intra-op threads left to {explicit[0]}={explicit[1]} (explicit)"
+            )
         plan.decisions.append(f"inter-op threads {threads.count} ({threads.why})")
         plan.calls.append(_threads("set_num_interop_threads", threads.count, plan.decisions[-1]))
     if caps is not None:
@@ -149,9 +172,8 @@ def refusals(plan: Plan, settings: Settings) -> None:
 
 
 def _narrow(plan: Plan, env: Mapping[str, str], chosen: str) -> None:
-    """Narrow ``CUDA_VISIBLE_DEVICES``, keeping what it was before the first narrowing."""
+    """Narrow ``CUDA_VISIBLE_DEVICES`` (the record keeps what it was before)."""
     plan.environ[CUDA_VISIBLE] = chosen
-    plan.environ[CUDA_VISIBLE_BASE] = env.get(CUDA_VISIBLE_BASE) or env.get(CUDA_VISIBLE, UNSET)
 
 
 def _plan_gpus(plan: Plan, budget: Budget, devices: list[str]) -> Patch | None:
@@ -176,7 +198,9 @@ def _plan_gpus(plan: Plan, budget: Budget, devices: list[str]) -> Patch | None:
     patch = None
     if caps:
         given = settings.given["MEMORY_LIMIT_MB"][0]
-        patch = Patch("torch caps", (caps, given), plan.decisions[-1])
+        needs = ("cuda._lazy_call", "cuda.device_count", "cuda.get_device_properties",
+                 "cuda.set_per_process_memory_fraction")  # fmt: skip
+        patch = Patch("torch caps", (caps, given), plan.decisions[-1], needs)
     if settings.memory_growth:
         plan.decisions.append(
             f"memory grows on demand, as PyTorch's caching allocator always does "

@@ -23,6 +23,7 @@ from ..budget.roles import RUNS_MODEL, Role
 from ..errors import ConfigError
 from ..node.kerasconfig import keras_backend
 from ..settings import DISABLE, LOG, ON_ERROR, disabled, read_control, resolve
+from .environ import inherited, note_writes, restore, setenv
 from .patches import PATCHES
 from .result import Result, emit, log
 
@@ -33,6 +34,8 @@ _roles: dict[str, Role] = {}  # module name -> its role, decided at its first im
 # The validate-then-reuse cache: module name -> (the environment, the budget) after its
 # earlier hook point, reused by the next one while the environment is the same.
 _checked: dict[str, tuple[dict[str, str], Budget]] = {}
+# module name -> the environment when its import began, to see what the framework writes
+_snapshots: dict[str, dict[str, str]] = {}
 
 
 def last_result() -> Result | None:
@@ -43,6 +46,10 @@ def last_result() -> Result | None:
 def results() -> dict[str, Result]:
     """What each framework got in this process, by module name."""
     return dict(_results)
+
+
+class NotTheFramework(AttributeError):
+    """The watched module lacks what tfboot needs: a stub, a stand-in, a same-named file."""
 
 
 class Reader:
@@ -70,8 +77,22 @@ class Reader:
     def function(self, target: str) -> Any:
         found = self.attr(target, _MISSING)
         if found is _MISSING:
-            raise AttributeError(f"{self.module.__name__}.{target}")
+            raise NotTheFramework(f"{getattr(self.module, '__name__', '?')}.{target}")
         return found
+
+    def check(self, plan: Plan) -> None:
+        """Every attribute the plan uses is there, before anything is done."""
+        for step in plan.calls:
+            targets = step.needs if isinstance(step, Patch) else (step.target,)
+            args = [] if isinstance(step, Patch) else list(step.args)
+            while args:
+                arg = args.pop()
+                if isinstance(arg, list):
+                    args += arg
+                elif isinstance(arg, Item | New):
+                    targets += (arg.target,)
+            for target in targets:
+                self.function(target)
 
     def materialize(self, arg: Any) -> Any:
         """A plan's argument as the framework's object."""
@@ -99,6 +120,10 @@ def run(
     ``name``, while ``importing`` are being imported); the result once it is complete."""
     env = os.environ if env is None else env
     name = name or adapter.MODULE
+    if env is os.environ and stage == "before":
+        _snapshots[name] = dict(os.environ)
+    elif env is os.environ and name in _snapshots:
+        note_writes(_snapshots.pop(name), name)  # what the framework set while importing
     if stage not in adapter.STAGES or disabled(env):
         return None
     with _lock:
@@ -110,9 +135,12 @@ def run(
             reader = Reader(module)
             plan = adapter.plan(stage, budget, adapter.facts(stage, budget, reader))
             plan.check()
+            reader.check(plan)
             calls = execute(adapter, plan, reader)
         except ConfigError as exc:
             return fail(adapter, name, env, exc, role)
+        except NotTheFramework as exc:
+            return _left_alone(adapter, name, env, exc, role)
         result = _merge(_partial.pop(name, None), adapter, budget, plan, calls)
         if stage != adapter.STAGES[-1]:
             _partial[name] = result
@@ -160,8 +188,11 @@ def _merge(
 def execute(adapter: Any, plan: Plan, reader: Reader) -> list[str]:
     """Carry out the plan: its environment, then its calls in order; describe each."""
     calls: list[str] = []
+    for variable in inherited(adapter.WRITES, plan.environ):
+        value = restore(variable)
+        calls.append(f"os.environ[{variable!r}] put back to {value!r}: tfboot's inherited value")
     for variable, value in plan.environ.items():
-        os.environ[variable] = value
+        setenv(variable, value)
         calls.append(f"os.environ[{variable!r}] = {value!r}")
     for step in plan.calls:
         if isinstance(step, Patch):
@@ -220,6 +251,20 @@ def fail(
     _partial.pop(name, None)
     _checked.pop(name, None)
     _results[name] = Result(adapter.NAME, error=str(error), role=role, qualified=adapter.QUALIFIED)
+    return _results[name]
+
+
+def _left_alone(
+    adapter: Any, name: str, env: Mapping[str, str], missing: NotTheFramework, role: Role
+) -> Result:
+    """A watched module that is not the framework tfboot knows is left alone: one debug line,
+    whatever ``TFBOOT_ON_ERROR`` says."""
+    if _level(env) == "debug":
+        emit("debug", f"{name} is not {adapter.NAME} as tfboot knows it (it has no {missing}): "
+                      "left alone")  # fmt: skip
+    _partial.pop(name, None)
+    _checked.pop(name, None)
+    _results[name] = Result(adapter.NAME, role=role, qualified=adapter.QUALIFIED)
     return _results[name]
 
 

@@ -16,6 +16,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..provenance import before
+from .xlaflags import flag, value
+
 FLAG = "--xla_gpu_cuda_data_dir"
 PACKAGE = "nvidia.cuda_nvcc"  # the nvidia-cuda-nvcc-cu12 (or -cu13) pip package
 # Where XLA itself looks for a toolkit when no flag names one.
@@ -58,15 +61,16 @@ def plan_toolchain(
 ) -> Toolchain:
     """For a CUDA build with XLA_JIT on: point XLA at ``found`` (the pip package) unless
     ``XLA_FLAGS`` names a toolkit or XLA finds one itself ($CUDA_HOME, ``default``)."""
-    flags = env.get("XLA_FLAGS", "")
-    if FLAG in flags:
+    # The user's flags: tfboot's own earlier extension (a parent's, inherited) is not theirs.
+    flags = before(env, "XLA_FLAGS") or ""
+    if value(flags, FLAG) is not None:
         return Toolchain(None, "XLA's CUDA toolkit left to XLA_FLAGS (explicit)")
     toolkits = [env.get(name, "") for name in TOOLKITS] + [default]
     installed = next((t for t in toolkits if t and has_toolchain(t)), None)
     if installed is not None:
         return Toolchain(None, f"XLA's CUDA toolkit found by XLA at {installed}")
     if found is not None:
-        extended = f"{flags.strip()} {FLAG}={found}".strip()
+        extended = f"{flags.strip()} {flag(FLAG, found)}".strip()
         return Toolchain(
             extended, f"XLA_FLAGS gets {FLAG}={found} (the nvidia-cuda-nvcc pip package)"
         )
