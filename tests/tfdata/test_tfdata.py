@@ -85,3 +85,22 @@ def test_a_tensorflow_without_the_injection_point_warns_once(tmp_path: Path) -> 
     assert "not applied: TensorFlow 2.21.0 has no Dataset._apply_debug_options" in warnings[0]
     assert "Traceback" not in result.stderr
     assert "tf.data defaults RAM budget" not in result.stderr  # not claimed in the log line
+
+
+PATHS = Path(__file__).with_name("paths.py")
+
+
+@pytest.mark.tf
+def test_every_path_runs_with_the_defaults_under_the_pipelines_own_options(tmp_path: Path) -> None:
+    """Read from TensorFlow's own ``GetOptions`` op on the dataset each path runs: a
+    ``tf.function`` argument and ``get_single_element`` included (both lost the pipeline's
+    options, or ran without defaults, in the previous release)."""
+    result = run_python(PATHS, {"TFBOOT_CGROUP_ROOT": cgroup_limits(tmp_path)}, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    paths = ["loop", "reduce", "get_single_element", "tf.function argument",
+             "get_single_element in a tf.function", "save"]  # fmt: skip
+    assert {p: seen[p] for p in paths} == {p: DEFAULTS for p in paths}
+    own = {p: seen[f"{p} (own cpu_budget)"] for p in paths}
+    assert own == {p: [1 << 30, 7, 2] for p in paths}
+    assert "Changing the value of option" not in result.stderr

@@ -9,6 +9,19 @@ tfboot wraps that method: the dataset it returns carries tfboot's defaults under
 pipeline's own options (``tf.data.Options`` merged field by field, the pipeline's last),
 so a field the pipeline set itself always wins.
 
+Two paths read a dataset's variant tensor without that method (TensorFlow 2.21,
+``tensorflow/python/data/ops/dataset_ops.py``), and are wrapped as well:
+
+- ``Dataset.get_single_element`` (and ``tf.data.experimental.get_single_element``);
+- ``DatasetSpec._to_components``: a dataset passed into a ``tf.function`` as an argument
+  crosses there, eagerly, where its own options are known; inside the function it is a
+  ``_VariantDataset`` whose options live only in the graph.
+
+The defaults are added only where the pipeline's own options are known: eagerly, or in a
+graph for a pipeline built in Python. A dataset rebuilt from a variant tensor inside a
+graph (a ``tf.function`` argument, ``from_variant``) gets nothing more there: it got the
+defaults, under its own options, when it crossed into the function.
+
 What it cannot reach: a dataset iterated by C++ code that never passes through Python
 (a SavedModel's own input pipeline run by the C++ API, TF Serving). Where the method does
 not exist (a TensorFlow that renamed it), nothing is injected and one warning says so.
@@ -16,7 +29,9 @@ not exist (a TensorFlow that renamed it), nothing is injected and one warning sa
 
 from __future__ import annotations
 
+import sys
 import warnings
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -24,6 +39,7 @@ from ..adapters.tensorflow import DATA_HOOK as HOOK
 from ..budget.hostmemory import DataDefaults
 
 MIB = 1 << 20
+MAX_INPUTS = 10_000  # a pipeline's datasets walked to find its source
 
 
 def _fields(defaults: DataDefaults) -> dict[str, int]:
@@ -56,17 +72,44 @@ def _dataset_class(tf: ModuleType) -> Any:
     return next((c for c in getattr(dataset, "__mro__", ()) if HOOK in vars(c)), None)
 
 
-def _own_options(tf: ModuleType, dataset: Any) -> Any:
-    """The pipeline's own options. In a graph (a ``tf.function``), ``options()`` warns that it
-    gives the options tracked in Python, which is what tfboot needs: read those directly."""
+def _own_options(tf: ModuleType, dataset: Any, variant: Any) -> Any:
+    """The pipeline's own options; None where they cannot be known (a graph's variant).
+
+    In a graph (a ``tf.function``), ``options()`` warns that it gives the options tracked
+    in Python, which is what tfboot needs for a pipeline built there: read those directly.
+    """
     if tf.executing_eagerly():
         return dataset.options()
+    if variant is not None and _rebuilt(dataset, variant):
+        return None
     tracked = getattr(dataset, "_options_attr", None)
     if tracked is not None:
         return tracked
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return dataset.options()
+
+
+def _rebuilt(dataset: Any, variant: type) -> bool:
+    """True when the pipeline starts from a variant tensor: its options are the graph's."""
+    seen, pending = 0, [dataset]
+    while pending and seen < MAX_INPUTS:
+        node = pending.pop()
+        seen += 1
+        if isinstance(node, variant):
+            return True
+        inputs = getattr(node, "_inputs", None)
+        pending += list(inputs()) if callable(inputs) else []
+    return False
+
+
+def _wrap(owner: type, name: str, make: Callable[[Any], Any]) -> None:
+    """Replace ``owner.name`` with ``make(original)``; a second install replaces the first."""
+    original = vars(owner)[name]
+    original = getattr(original, "tfboot_original", original)
+    wrapped = make(original)
+    wrapped.tfboot_original = original
+    setattr(owner, name, wrapped)
 
 
 def install(tf: ModuleType, defaults: DataDefaults) -> str | None:
@@ -79,16 +122,27 @@ def install(tf: ModuleType, defaults: DataDefaults) -> str | None:
             "them; set tf.data.Options in the pipeline instead"
         )
     ours = _fields(defaults)
-    original = vars(owner)[HOOK]
-    if getattr(original, "tfboot_defaults", None) is not None:
-        original = original.tfboot_original  # applied again in this process: replace ours
+    module = sys.modules.get(owner.__module__)
+    variant = getattr(module, "_VariantDataset", None)
+    spec = getattr(module, "DatasetSpec", None)
 
-    def with_defaults(self: Any) -> Any:
-        dataset = original(self)
-        filling = _filling(tf, _own_options(tf, dataset), ours)
+    def filled(dataset: Any) -> Any:
+        own = _own_options(tf, dataset, variant)
+        filling = None if own is None else _filling(tf, own, ours)
         return dataset if filling is None else dataset.with_options(filling)
 
-    with_defaults.tfboot_defaults = ours  # type: ignore[attr-defined]
-    with_defaults.tfboot_original = original  # type: ignore[attr-defined]
-    setattr(owner, HOOK, with_defaults)
+    _wrap(owner, HOOK, lambda original: lambda self: filled(original(self)))
+    if "get_single_element" in vars(owner):
+        _wrap(owner, "get_single_element",
+              lambda original: lambda self, *a, **k: original(filled(self), *a, **k))  # fmt: skip
+    if spec is not None and "_to_components" in vars(spec):
+
+        def crossing(original: Any) -> Any:
+            def to_components(self: Any, value: Any) -> Any:
+                eager = isinstance(value, owner) and tf.executing_eagerly()
+                return original(self, filled(value) if eager else value)
+
+            return to_components
+
+        _wrap(spec, "_to_components", crossing)
     return None
