@@ -19,11 +19,14 @@ FIX = "run kubernetes-validate --strict on it to see which field has the wrong s
 
 def check_text(file: str, text: str, report: Report) -> None:
     """Check every workload in one input."""
+    notes: list[str] = []
     try:
-        docs = parse_documents(text)
+        docs = parse_documents(text, notes)
     except DocumentError as exc:
         report.add((file, "-", "-"), "unreadable", str(exc))
         return
+    for note in notes:
+        report.add((file, "-", "-"), "duplicate-key", note, "give each key once")
     objects: set[str] = set()
     try:
         maps = configmaps(docs)

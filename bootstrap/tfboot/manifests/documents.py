@@ -1,6 +1,11 @@
 """Reading the inputs: files or stdin, JSON or multi-document YAML, Kubernetes quantities.
 
-PyYAML is imported only when an input is not JSON.
+PyYAML is imported only when an input is not JSON. Untrusted YAML is bounded by the work
+it asks for, not only by its bytes: each document is composed first (aliases are shared
+nodes then, nothing is copied), its size with every alias expanded is counted in linear
+time, and a document that aliases excessively is refused before it is built, by the rule
+kubectl's YAML library (go-yaml v3, ``decode.go``, ``allowedAliasRatio``) applies. A key
+given twice in one mapping is a finding: tools disagree on which one wins.
 """
 
 from __future__ import annotations
@@ -58,16 +63,108 @@ def _json_documents(text: str) -> list[Any] | None:
         docs.append(doc)
 
 
-def parse_documents(text: str) -> list[Any]:
-    """Every document in ``text`` (JSON or multi-document YAML), ``List`` items expanded."""
+# go-yaml v3's bounds: up to 400,000 decoded nodes 99% may come through aliases, from
+# 4,000,000 only 10%, linearly between; and at most this many nodes in all.
+ALIAS_LOW, ALIAS_HIGH = 400_000, 4_000_000
+MAX_NODES = 10_000_000
+
+
+def _allowed_alias_ratio(decoded: int) -> float:
+    if decoded <= ALIAS_LOW:
+        return 0.99
+    if decoded >= ALIAS_HIGH:
+        return 0.10
+    return 0.99 - 0.89 * (decoded - ALIAS_LOW) / (ALIAS_HIGH - ALIAS_LOW)
+
+
+def _expanded(root: Any) -> tuple[int, int]:
+    """(nodes decoded with every alias expanded, of them through an alias), linear time."""
+    size: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in size and not done:
+            continue
+        children = _children(node)
+        if not done:
+            stack.append((node, True))
+            stack += [(c, False) for c in children if id(c) not in size]
+            continue
+        size[id(node)] = min(MAX_NODES + 1, 1 + sum(size[id(c)] for c in children))
+    total = size[id(root)]
+    return total, max(0, total - len(size))
+
+
+def _children(node: Any) -> list[Any]:
+    value = getattr(node, "value", None)
+    if not isinstance(value, list):
+        return []
+    return [n for pair in value for n in (pair if isinstance(pair, tuple) else (pair,))]
+
+
+def _duplicates(root: Any, notes: list[str]) -> None:
+    """A note for each key given twice in one mapping (each mapping looked at once)."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if getattr(node, "id", "") == "mapping":
+            first: dict[str, int] = {}
+            for key, _value in node.value:
+                if getattr(key, "id", "") != "scalar":
+                    continue
+                line = key.start_mark.line + 1
+                if key.value in first:
+                    notes.append(
+                        f"line {line}: the key {key.value!r} is given twice in one mapping "
+                        f"(first on line {first[key.value]}); tools disagree on which one wins"
+                    )
+                else:
+                    first[key.value] = line
+        stack += _children(node)
+
+
+def _yaml_documents(text: str, notes: list[str]) -> list[Any]:
+    yaml = _yaml_module()
+    docs: list[Any] = []
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as exc:
+        raise DocumentError(" ".join(str(exc).split())) from None
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            decoded, aliased = _expanded(node)
+            if decoded > MAX_NODES or (
+                aliased > 100
+                and decoded > 1000
+                and aliased / decoded > _allowed_alias_ratio(decoded)
+            ):
+                raise DocumentError(
+                    f"document {len(docs) + 1} contains excessive aliasing: "
+                    f"{min(decoded, MAX_NODES)}{'+' if decoded > MAX_NODES else ''} nodes once its "
+                    "aliases are expanded (kubectl refuses it too)"
+                )
+            _duplicates(node, notes)
+            docs.append(loader.construct_document(node))
+    except yaml.YAMLError as exc:
+        raise DocumentError(" ".join(str(exc).split())) from None
+    finally:
+        loader.dispose()
+    return docs
+
+
+def parse_documents(text: str, notes: list[str] | None = None) -> list[Any]:
+    """Every document in ``text`` (JSON or multi-document YAML), ``List`` items expanded;
+    what is worth a finding but still reads (a key given twice) goes to ``notes``."""
+    notes = [] if notes is None else notes
     try:
         docs = _json_documents(text) if text.lstrip()[:1] in ("{", "[") else None
         if docs is None:
-            yaml = _yaml_module()
-            try:
-                docs = list(yaml.safe_load_all(text))
-            except yaml.YAMLError as exc:
-                raise DocumentError(" ".join(str(exc).split())) from None
+            docs = _yaml_documents(text, notes)
     except RecursionError:
         raise DocumentError("nested too deeply to be a Kubernetes manifest") from None
     expanded: list[Any] = []

@@ -9,6 +9,7 @@ MIN_HEADROOM_MIB = 512
 RULES: dict[str, tuple[str, str]] = {
     "unreadable": (ERROR, "the input is not valid YAML or JSON"),
     "malformed": (ERROR, "a field has a shape Kubernetes does not accept"),
+    "duplicate-key": (ERROR, "a key given twice in one mapping"),
     "no-workloads": (ERROR, "the input holds no workload with a Pod template"),
     "config-invalid": (ERROR, "a tfboot variable has an invalid value"),
     "env-not-string": (ERROR, "an env value is not a string"),

@@ -1,7 +1,10 @@
 """The workloads in the inputs: Pod templates, their containers, and the GPUs limits grant.
 
 Built-in kinds carry one Pod template; a JobSet carries one per replicatedJob and a Kubeflow
-TFJob one per replica type, each named by that group (``worker/train``).
+TFJob one per replica type, each named by that group (``worker/train``). Any other kind
+(Kubeflow's other ``*Job`` kinds, Ray, Trainer's TrainJob, an operator's own) is searched
+for every ``template.spec.containers`` it holds, each checked like the known ones and
+named by the key or list item that holds it (``pytorchReplicaSpecs.Worker``).
 """
 
 from __future__ import annotations
@@ -121,10 +124,38 @@ def pod_templates(doc: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
             pod = dig(spec, ("template", "spec"))
             if isinstance(pod, dict):
                 yield str(rtype), pod
-    else:
-        pod = dig(doc, POD_SPEC_PATHS.get(kind, ("-",)))
+    elif kind in POD_SPEC_PATHS:
+        pod = dig(doc, POD_SPEC_PATHS[kind])
         if isinstance(pod, dict):
             yield "", pod
+    else:
+        yield from _templates_anywhere(doc.get("spec"), "")
+
+
+# An unknown kind's Pod templates are looked for this deep, among at most this many values.
+MAX_DEPTH, MAX_VALUES = 12, 100_000
+
+
+def _templates_anywhere(node: Any, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every ``template.spec`` with a ``containers`` list under ``node``, with its place."""
+    stack, seen = [(node, where, 0)], 0
+    while stack and seen < MAX_VALUES:
+        value, place, depth = stack.pop()
+        seen += 1
+        if isinstance(value, Mapping):
+            pod = dig(value, ("template", "spec"))
+            if isinstance(pod, dict) and isinstance(pod.get("containers"), list):
+                yield place or "spec", pod
+                continue
+            if depth < MAX_DEPTH:
+                stack += [(v, f"{place}.{k}".lstrip("."), depth + 1)
+                          for k, v in reversed(list(value.items()))]  # fmt: skip
+        elif isinstance(value, list) and depth < MAX_DEPTH:
+            for index, item in reversed(list(enumerate(value))):
+                label = (
+                    item.get("name") or item.get("groupName") if isinstance(item, Mapping) else None
+                )
+                stack.append((item, f"{place}[{label or index}]", depth + 1))
 
 
 def workloads(docs: Sequence[Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
