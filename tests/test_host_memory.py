@@ -132,4 +132,4 @@ class TestPlan:
 
 def test_budget_reads_the_tree_named_by_tfboot_cgroup_root() -> None:
     budget = memory_budget({"TFBOOT_CGROUP_ROOT": str(TREES / "v2-memory")})
-    assert budget == MemoryBudget(600, "/sys/fs/cgroup/memory.max")
+    assert budget == MemoryBudget(600, "/sys/fs/cgroup/memory.max", host_mib=24684092 // 1024)

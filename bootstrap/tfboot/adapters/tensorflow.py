@@ -15,9 +15,10 @@ from typing import Any
 
 from ..budget import Budget
 from ..budget.gpus import cpu_split, gpu_required, mig_warning, split_sizes, unused_on_cpu
+from ..budget.hostmemory import share_of
 from ..budget.roles import LOADER, NAMES, Role, tensorflow_role
 from ..errors import Problem
-from ..node.hostmem import PINNED_ENV
+from ..node.hostmem import PINNED_ENV, PINNED_SHARE
 from ..node.nccl import measure, why_needed
 from ..node.xla import Toolchain, pip_toolchain, plan_toolchain
 from ..provenance import user_value
@@ -250,6 +251,7 @@ def _host_memory(plan: Plan, budget: Budget, hooked: bool) -> Patch | None:
     if problem and settings.host_memory == "auto":
         plan.warnings.append(f"{problem}; TensorFlow's host-memory defaults are used")
     found = budget.host()
+    plan.warnings += found.warnings
     if found.data is None:
         return None
     plan.host = found
@@ -271,7 +273,8 @@ def _host_memory(plan: Plan, budget: Budget, hooked: bool) -> Patch | None:
         return patch
     plan.environ[PINNED_ENV] = str(pinned)
     plan.decisions.append(
-        f"pinned host memory up to {pinned} MiB via {PINNED_ENV} (a quarter of {found.origin})"
+        f"pinned host memory up to {pinned} MiB via {PINNED_ENV} "
+        f"({share_of(found.limit_mib, PINNED_SHARE, found.origin)})"
     )
     return patch
 

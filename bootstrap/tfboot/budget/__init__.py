@@ -50,7 +50,7 @@ class Budget:
     settings: Settings
     env: Mapping[str, str]
     cpu: CpuBudget
-    memory: MemoryBudget = NO_LIMIT  # read only under HOST_MEMORY_LIMIT_MB=auto
+    memory: MemoryBudget = NO_LIMIT  # not read under HOST_MEMORY_LIMIT_MB=host
     role: Role = RUNS_MODEL
 
     def threads(self, framework: str) -> Threads:
@@ -84,5 +84,5 @@ def make_budget(
 ) -> Budget:
     """The budget; ``cpu`` and ``memory`` are read from the node unless given."""
     if memory is None:
-        memory = memory_budget(env) if settings.host_memory == "auto" else NO_LIMIT
+        memory = memory_budget(env) if settings.host_memory != "host" else NO_LIMIT
     return Budget(settings, env, cpu_budget(env) if cpu is None else cpu, memory, role)

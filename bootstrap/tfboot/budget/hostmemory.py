@@ -44,6 +44,7 @@ class HostMemory:
     origin: str  # where the limit came from, for the log line
     data: DataDefaults | None  # None: TensorFlow's defaults
     reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     @property
     def pinned_mib(self) -> int | None:
@@ -56,8 +57,10 @@ def host_memory(settings: Settings, cpu: CpuBudget, memory: MemoryBudget) -> Hos
     choice = settings.host_memory
     if choice == "host":
         return HostMemory(None, settings.shown("HOST_MEMORY_LIMIT_MB"), None)
+    warnings: tuple[str, ...] = ()
     if isinstance(choice, int):
         limit, origin = choice, settings.shown("HOST_MEMORY_LIMIT_MB")
+        warnings = _over(origin, choice, memory)
     else:
         limit = memory.limit_mib
         origin = f"HOST_MEMORY_LIMIT_MB=auto: {limit} MiB from {memory.source}"
@@ -68,14 +71,35 @@ def host_memory(settings: Settings, cpu: CpuBudget, memory: MemoryBudget) -> Hos
         return HostMemory(None, "no memory limit or CPU quota found", None)
     reasons = []
     if ram is not None:
-        reasons.append(f"RAM a quarter of {origin}")
+        reasons.append(f"RAM {share_of(limit, RAM_SHARE, origin)}")
     if cpus is not None:
         reasons.append(
             f"CPUs {settings.shown('CPU_THREADS')}"
             if isinstance(settings.cpu_threads, int)
             else f"CPUs the quota's, {cpu.quota:g} from {cpu.quota_source}, rounded up"
         )
-    return HostMemory(limit, origin, DataDefaults(ram, cpus, initial), tuple(reasons))
+    return HostMemory(limit, origin, DataDefaults(ram, cpus, initial), tuple(reasons), warnings)
+
+
+def share_of(limit: int | None, share: int, origin: str) -> str:
+    """How a share of ``limit`` is named: "a quarter of ORIGIN", or 1 MiB, the least, when
+    the quarter is under 1 MiB."""
+    if limit is not None and limit < share:
+        return f"1 MiB, the least (a quarter of {origin} is less)"
+    return f"a quarter of {origin}"
+
+
+def _over(origin: str, limit: int, memory: MemoryBudget) -> tuple[str, ...]:
+    """An explicit limit above what the container or the host has: one warning, as
+    ``CPU_THREADS`` above the CPUs gives (never clamped)."""
+    if memory.limit_mib is not None and limit > memory.limit_mib:
+        return (
+            f"{origin} is more than the container's memory limit of {memory.limit_mib} MiB "
+            f"({memory.source}): the budgets derived from it can exceed the limit",
+        )
+    if memory.host_mib is not None and limit > memory.host_mib:
+        return (f"{origin} is more than the {memory.host_mib} MiB of memory this host has",)
+    return ()
 
 
 def _data_cpus(settings: Settings, cpu: CpuBudget) -> int | None:

@@ -174,7 +174,9 @@ def cpu_quota(root: str = "/") -> Quota | None:
 def memory_limit(root: str = "/") -> MemoryLimit | None:
     """The tightest memory limit on the process's cgroup path in bytes, or None if none.
 
-    cgroup v2 ``memory.max`` or v1 ``memory.limit_in_bytes``. v1 writes "no limit" as a
+    cgroup v2 ``memory.max``, or ``memory.high`` where it is lower (systemd's
+    ``MemoryHigh=``, some platforms: past it the kernel throttles and reclaims hard, so it
+    is the limit a job lives under); v1 ``memory.limit_in_bytes``. v1 writes "no limit" as a
     huge number (9223372036854771712, ``LONG_MAX`` rounded down to a page); any limit of
     ``UNLIMITED_BYTES`` or more, or at or above the host's memory (``MemTotal``), is none.
     Swap (``memory.swap.max``, ``memory.memsw.limit_in_bytes``) is not counted: the budget
@@ -183,6 +185,9 @@ def memory_limit(root: str = "/") -> MemoryLimit | None:
     found = _tightest_limit(
         root, "memory", _v1_memory, "memory.limit_in_bytes", _v2_memory, "memory.max"
     )
+    high = _tightest_limit(root, "memory", _no_v1, "-", _v2_high, "memory.high")
+    if high is not None and (found is None or high[0] < found[0]):
+        found = high
     if found is None:
         return None
     total = _mem_total(root)
@@ -199,6 +204,16 @@ def _v2_memory(root: str, directory: str) -> float | None:
     return _bytes(path, text)
 
 
+def _v2_high(root: str, directory: str) -> float | None:
+    path = os.path.join(directory, "memory.high")
+    text = read_text(root, path).strip()
+    return None if text == "max" else _bytes(path, text)
+
+
+def _no_v1(_root: str, _directory: str) -> None:
+    """cgroup v1 has no ``memory.high``."""
+
+
 def _v1_memory(root: str, directory: str) -> float | None:
     path = os.path.join(directory, "memory.limit_in_bytes")
     text = read_text(root, path).strip()
@@ -213,6 +228,11 @@ def _bytes(path: str, text: str) -> int:
     if not number:
         raise CgroupError(f"{shown(path)}: expected 'max' or a positive number of bytes")
     return number
+
+
+def host_memory(root: str = "/") -> int | None:
+    """The host's memory (``MemTotal``) in bytes; None when it cannot be read."""
+    return _mem_total(root)
 
 
 def _mem_total(root: str) -> int | None:

@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .cgroup import CgroupError, memory_limit
+from .cgroup import CgroupError, host_memory, memory_limit
 from .cpu import CGROUP_ROOT
 
 MIB = 1 << 20
@@ -30,16 +30,19 @@ class MemoryBudget:
     limit_mib: int | None
     source: str
     problem: str = ""
+    host_mib: int | None = None  # the host's memory (MemTotal), when read
 
 
 def memory_budget(env: Mapping[str, str] | None = None) -> MemoryBudget:
     """Read the limit; a malformed cgroup file is reported, not raised."""
     env = os.environ if env is None else env
     root = env.get(CGROUP_ROOT) or "/"
+    total = host_memory(root)
+    host = None if total is None else total // MIB
     try:
         limit = memory_limit(root)
     except CgroupError as exc:
-        return MemoryBudget(None, "", f"could not read the memory limit: {exc}")
+        return MemoryBudget(None, "", f"could not read the memory limit: {exc}", host)
     if limit is None:
-        return MemoryBudget(None, "")
-    return MemoryBudget(max(1, limit.bytes // MIB), limit.source)
+        return MemoryBudget(None, "", host_mib=host)
+    return MemoryBudget(max(1, limit.bytes // MIB), limit.source, host_mib=host)
