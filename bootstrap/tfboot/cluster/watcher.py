@@ -335,7 +335,6 @@ def watch(
                 "warning", f"cluster: the peer watcher could not start ({exc}); peers not watched"
             )
         return None
-    os.environ[MARKER] = str(os.getpid())
     if timeout is not None:
         sink = open(os.devnull, "w")  # noqa: SIM115 - held open while the watchdog is armed
         _keep.append(sink)

@@ -17,6 +17,7 @@ from ..adapters.jax import BRIDGE
 from ..budget.gpus import cap_over_gpu
 from ..budget.hostmemory import DataDefaults
 from ..errors import ConfigError
+from .environ import setenv
 
 
 def tf_data_defaults(tf: ModuleType, defaults: DataDefaults) -> str | None:
@@ -86,10 +87,11 @@ def peer_watcher(
     grace: float | None,
 ) -> str | None:
     """The process that ends this task when a peer is lost (``cluster.watcher``)."""
-    from ..cluster.watcher import TERM_GRACE_S, watch
+    from ..cluster.watcher import MARKER, TERM_GRACE_S, watch
 
     if watch(peers, timeout, quiet=quiet, names=names, grace=grace or TERM_GRACE_S) is None:
         return None
+    setenv(MARKER, str(os.getpid()))  # a child process inherits it: it starts no second one
     return f"peer watcher started for {len(peers)} peer(s)"
 
 
