@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import string
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -320,3 +321,117 @@ def test_manifests_checker_gives_findings_only(text: str) -> None:
     check_text("fuzz.yaml", text, report)
     for finding in report.findings:
         assert finding.rule and finding.message
+
+
+# The seams' classes: a child's changed settings over a parent's writes, stand-in modules,
+# homes and Keras configs of any shape, YAML aliases.
+JAX_SETTINGS = st.dictionaries(
+    st.sampled_from(["VIRTUAL_SPLIT", "MEMORY_GROWTH", "CPU_THREADS", "MEMORY_LIMIT_MB"]),
+    st.sampled_from(["1", "2", "4", "true", "false", "3", "1024"]),
+    max_size=4,
+)
+
+
+@fuzz
+@given(JAX_SETTINGS, JAX_SETTINGS, st.integers(0, 2))
+def test_a_child_never_takes_its_parents_writes_for_its_own(
+    parent: dict[str, str], child: dict[str, str], gpus: int
+) -> None:
+    """What a parent's JAX plan wrote, recorded, is never a contradiction in a child with
+    other settings: the child's own plan decides, or fails only on its own settings."""
+    from tfboot.adapters.jax import plan_jax
+    from tfboot.budget import FRAMEWORK_READS, NO_LIMIT, make_budget
+    from tfboot.provenance import RECORD, with_write
+
+    cpu = CpuBudget(8, None, "")
+    try:
+        budget = make_budget(resolve(parent, FRAMEWORK_READS), parent, cpu=cpu, memory=NO_LIMIT)
+        written = plan_jax(budget, (1 << 36,) * gpus).environ
+    except ConfigError:
+        return
+    inherited = dict(parent)
+    for name, value in written.items():
+        inherited[RECORD] = with_write(inherited, name, value, "tfboot")
+        inherited[name] = value
+    env = {**{k: v for k, v in inherited.items() if k not in parent}, **child}
+    try:
+        budget = make_budget(resolve(env, FRAMEWORK_READS), env, cpu=cpu, memory=NO_LIMIT)
+        plan_jax(budget, (1 << 36,) * gpus)
+    except ConfigError as exc:
+        assert not any("contradicts" in p.accepted for p in exc.problems), str(exc)
+
+
+@fuzz
+@given(st.sets(st.sampled_from([
+    "config", "config.list_physical_devices", "config.set_visible_devices",
+    "config.set_logical_device_configuration", "config.LogicalDeviceConfiguration",
+    "config.threading", "config.threading.set_intra_op_parallelism_threads",
+    "config.threading.set_inter_op_parallelism_threads", "config.experimental",
+    "config.experimental.set_memory_growth",
+])), environments)  # fmt: skip
+def test_a_stand_in_module_is_checked_before_anything_is_done(
+    attributes: set[str], env: dict[str, str]
+) -> None:
+    """A module with any subset of TensorFlow's attributes: the plan is either fully there
+    or refused as not the framework, before any call or variable."""
+    import types
+
+    from support import tf_plan
+    from tfboot.executor import NotTheFramework, Reader
+
+    module = types.ModuleType("tensorflow")
+    for path in sorted(attributes, key=len):
+        node: Any = module
+        *parents, leaf = path.split(".")
+        for name in parents:
+            if not hasattr(node, name):
+                setattr(node, name, types.SimpleNamespace())
+            node = getattr(node, name)
+        if not hasattr(node, leaf):
+            namespace = leaf in ("config", "threading", "experimental")
+            setattr(node, leaf, types.SimpleNamespace() if namespace else lambda *a, **k: [])
+    try:
+        plan = tf_plan({k: v for k, v in env.items() if "\x00" not in v}, 2)
+    except ConfigError:
+        return
+    try:
+        Reader(module).check(plan)
+    except NotTheFramework as exc:
+        assert str(exc).startswith("tensorflow.")
+
+
+@fuzz
+@given(
+    st.one_of(st.none(), st.text(max_size=30)),
+    st.one_of(st.none(), st.binary(max_size=200), st.sampled_from(
+        [b'{"backend": "jax"}', b'{"backend": 3}', b"[]", b'{"backend": null}', b"\xff"])),
+)  # fmt: skip
+def test_any_keras_home_and_config_give_a_backend(home: str | None, config: bytes | None) -> None:
+    import tempfile
+
+    from tfboot.node.kerasconfig import keras_backend
+
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / ".keras").mkdir()
+        if config is not None:
+            (Path(folder) / ".keras" / "keras.json").write_bytes(config)
+        env = {"HOME": folder}
+        if home is not None and "\x00" not in home:
+            env["KERAS_HOME"] = home
+        assert isinstance(keras_backend(env, {}), str)
+
+
+@fuzz
+@given(st.integers(1, 60), st.integers(1, 60), st.integers(0, 4))
+def test_aliased_yaml_is_bounded_by_work(width: int, depth: int, extra: int) -> None:
+    """Anchors nested ``depth`` deep, each aliased ``width`` times: read, or refused as
+    excessive aliasing, never expanded."""
+    lines = ["a0: &a0 {name: c, image: i}"]
+    for level in range(1, depth + 1):
+        aliases = ", ".join([f"*a{level - 1}"] * width)
+        lines.append(f"a{level}: &a{level} [{aliases}]")
+    lines.append(f"kind: Pod\napiVersion: v1\nmetadata: {{name: p{extra}}}")
+    lines.append(f"spec: {{containers: *a{min(depth, 1)}}}")
+    report = Report()
+    check_text("aliases.yaml", "\n".join(lines) + "\n", report)
+    assert all(f.rule != "unreadable" or "aliasing" in f.message for f in report.findings)
