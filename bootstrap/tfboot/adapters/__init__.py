@@ -141,36 +141,20 @@ class Plan:
         else:
             self.decisions.append(f"{settings.shown(name)} not applied: {why}")
 
-    def setenv(
-        self,
-        env: Mapping[str, str],
-        name: str,
-        value: str,
-        settings: Settings,
-        variable: str,
-        meaning: Callable[[str], object] = str,
-    ) -> bool:
+    def setenv(self, env: Mapping[str, str], name: str, value: str, settings: Settings,
+               variable: str, meaning: Callable[[str], object] = str) -> bool:  # fmt: skip
         """Set ``name`` for the framework unless the user set it: to the same meaning (as
         ``meaning`` reads it, as the framework does), which is kept, or otherwise, which is
         a contradiction. A value tfboot or a framework wrote is never the user's."""
-        current = user_value(env, name)
-        if current is not None and meaning(current) == meaning(value):
-            return True
         if not self.agrees(env, name, value, settings, variable, meaning):
             return False
-        self.environ[name] = value
+        if user_value(env, name) is None:
+            self.environ[name] = value
         return True
 
-    def agrees(
-        self,
-        env: Mapping[str, str],
-        name: str,
-        value: str,
-        settings: Settings,
-        variable: str,
-        meaning: Callable[[str], object] = str,
-    ) -> bool:
-        """False, with the problem recorded, when the user set ``name`` otherwise."""
+    def agrees(self, env: Mapping[str, str], name: str, value: str, settings: Settings,
+               variable: str, meaning: Callable[[str], object] = str) -> bool:  # fmt: skip
+        """False, with the problem recorded, when the user set ``name`` to another meaning."""
         current = user_value(env, name)
         if current is not None and meaning(current) != meaning(value):
             self.problems.append(
