@@ -67,7 +67,8 @@ def facts(stage: str, budget: Budget, read: Read) -> dict[str, Any]:
     settings = budget.settings
     loader = _loader(budget)
     needs = settings.device_given() or settings.distributed != "off"
-    found: dict[str, Any] = {"gpus": len(read.call(*LISTED)) if needs and not loader else 0}
+    listed = len(read.call(LISTED[0], *LISTED[1])) if needs and not loader else 0
+    found: dict[str, Any] = {"gpus": listed}
     if settings.xla_jit and read.call("test.is_built_with_cuda"):
         found["toolchain"] = plan_toolchain(budget.env, pip_toolchain())
     dataset = read.attr("data.Dataset")

@@ -8,9 +8,12 @@ from collections.abc import Mapping
 
 from ..provenance import RECORD, TFBOOT, before, with_write, writer
 
+_here: set[str] = set()  # the variables tfboot wrote in this process (not inherited)
+
 
 def setenv(name: str, value: str, who: str = TFBOOT) -> None:
     """Set ``name`` and record that ``who`` wrote it."""
+    _here.add(name)
     os.environ[RECORD] = with_write(os.environ, name, value, who)
     os.environ[name] = value
 
@@ -27,9 +30,11 @@ def restore(name: str) -> str | None:
 
 
 def inherited(names: tuple[str, ...], planned: Mapping[str, str]) -> list[str]:
-    """Of ``names``, those tfboot wrote (in this process or a parent) that ``planned`` does
-    not set: a child with its own settings puts back what was there before."""
-    return [n for n in names if n not in planned and writer(os.environ, n) == TFBOOT]
+    """Of ``names``, those tfboot wrote for a parent process that ``planned`` does not set:
+    a child with its own settings puts back what was there before."""
+    return [
+        n for n in names if n not in planned and n not in _here and writer(os.environ, n) == TFBOOT
+    ]
 
 
 def note_writes(snapshot: Mapping[str, str], who: str) -> None:
