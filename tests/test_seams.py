@@ -135,24 +135,42 @@ def test_a_child_with_its_own_split_gets_its_own_jax_devices() -> None:
     assert result.stdout.strip().splitlines()[-1].startswith("0 4"), result.stdout
 
 
+SPAWNED = """
+import multiprocessing as mp, os, subprocess, sys
+import tensorflow
+
+
+def pinned(queue):
+    import tensorflow  # noqa: F401 - a spawned child imports it afresh
+    queue.put(os.environ["TF_GPU_HOST_MEM_LIMIT_IN_MB"])
+
+
+if __name__ == "__main__":
+    print("parent", os.environ["TF_GPU_HOST_MEM_LIMIT_IN_MB"], flush=True)
+    os.environ["HOST_MEMORY_LIMIT_MB"] = "800"  # the child's own setting
+    queue = mp.get_context("spawn").Queue()
+    child = mp.get_context("spawn").Process(target=pinned, args=(queue,))
+    child.start()
+    print("spawned", queue.get(timeout=120), flush=True)
+    child.join()
+    code = "import os, tensorflow; print(os.environ['TF_GPU_HOST_MEM_LIMIT_IN_MB'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    print("subprocess", out.stdout.strip(), flush=True)
+    print(out.stderr, file=sys.stderr)
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.tf
 def test_a_child_with_less_host_memory_gets_its_own_pinned_limit(tmp_path: Path) -> None:
-    code = (
-        "import multiprocessing as mp, os, subprocess, sys\n"
-        "import tensorflow\n"
-        "print('parent', os.environ['TF_GPU_HOST_MEM_LIMIT_IN_MB'], flush=True)\n"
-        "child = ('import os, tensorflow; '\n"
-        '         \'print("child", os.environ["TF_GPU_HOST_MEM_LIMIT_IN_MB"], flush=True)\')\n'
-        "env = {**os.environ, 'HOST_MEMORY_LIMIT_MB': '800'}\n"
-        "out = subprocess.run([sys.executable, '-c', child], env=env, capture_output=True,\n"
-        "                     text=True)\n"
-        "print(out.stdout.strip(), flush=True)\n"
-        "print(out.stderr, file=sys.stderr)\n"
-    )
-    result = run_python(code, {"HOST_MEMORY_LIMIT_MB": "4000", "CPU_THREADS": "1"})
+    """A parent's pinned limit, inherited, is not the user's: a spawned child and a
+    subprocess with their own HOST_MEMORY_LIMIT_MB get their own."""
+    script = tmp_path / "spawned.py"
+    script.write_text(SPAWNED)
+    result = run_python(script, {"HOST_MEMORY_LIMIT_MB": "4000", "CPU_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "parent 1000" in result.stdout and "child 200" in result.stdout, result.stdout
+    lines = result.stdout.split("\n")
+    assert {"parent 1000", "spawned 200", "subprocess 200"} <= set(lines), result.stdout
     assert "left to TF_GPU_HOST_MEM_LIMIT_IN_MB" not in result.stderr
 
 
