@@ -20,7 +20,7 @@ from importlib.util import find_spec
 from typing import Any
 
 from ..budget import FRAMEWORK_READS, Budget
-from ..budget.gpus import cap_over_gpu, cpu_split, gpu_required, unused_on_cpu
+from ..budget.gpus import cap_over_gpu, cpu_split, no_gpu
 from ..budget.roles import NAMES, Role, decide
 from ..errors import ConfigError, Problem
 from ..node.cuda import cuda_devices
@@ -105,12 +105,8 @@ def plan_jax(budget: Budget, totals: tuple[int, ...], narrowed: bool = False) ->
     if gpu_count and settings.visible_gpu != ():
         _plan_gpus(plan, budget, totals, narrowed)
     else:
-        hidden = gpu_count > 0
-        if settings.require_gpu and plan.role.runs_model:
-            raise gpu_required(settings, hidden, f"{NAME} finds no GPU")
-        warning = unused_on_cpu(settings, sizes=False, required=False)
-        if warning and not hidden and plan.role.runs_model:
-            plan.warnings.append(warning)
+        warning = no_gpu(settings, gpu_count > 0, NAME, plan.role.runs_model)
+        plan.warnings += [warning] if warning else []
         if gpu_count and plan.setenv(env, PLATFORMS_ENV, "cpu", settings, "VISIBLE_GPU"):  # none
             plan.decisions.append(f"no GPU: {PLATFORMS_ENV}=cpu ({settings.shown('VISIBLE_GPU')})")
         count = cpu_split(settings)

@@ -38,7 +38,7 @@ GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
 # What tfboot may write for TensorFlow; a parent's inherited value it does not plan is put back.
 WRITES = (GROWTH_ENV, PINNED_ENV, "XLA_FLAGS")
 DATA_HOOK = "_apply_debug_options"  # the Dataset method every consumer of a dataset calls
-LISTED = ("config.list_physical_devices", ("GPU",))
+LIST = "config.list_physical_devices"  # listing GPUs starts the GPU driver
 # Setting -> (call target, how the call is named): the calls made after the device ones.
 FLAGS = (
     ("SOFT_PLACEMENT", "soft_placement", "config.set_soft_device_placement",
@@ -67,7 +67,7 @@ def facts(stage: str, budget: Budget, read: Read) -> dict[str, Any]:
     settings = budget.settings
     loader = _loader(budget)
     needs = settings.device_given() or settings.distributed != "off"
-    listed = len(read.call(LISTED[0], *LISTED[1])) if needs and not loader else 0
+    listed = len(read.call(LIST, "GPU")) if needs and not loader else 0
     found: dict[str, Any] = {"gpus": listed}
     if settings.xla_jit and read.call("test.is_built_with_cuda"):
         found["toolchain"] = plan_toolchain(budget.env, pip_toolchain())
@@ -142,7 +142,7 @@ def make_plan(budget: Budget, gpu_count: int, facts: Mapping[str, Any] | None = 
 
 
 def _visible(plan: Plan) -> Call:
-    chosen = [Item(*LISTED, i) for i in plan.visible or ()]
+    chosen = [Item(LIST, ("GPU",), i) for i in plan.visible or ()]
     return Call("config.set_visible_devices", (chosen, "GPU"), plan.decisions[-1],
                 "set_visible_devices")  # fmt: skip
 
@@ -167,7 +167,7 @@ def _gpus(plan: Plan, budget: Budget, gpu_count: int) -> None:
         given = ("MEMORY_LIMIT_MB", "VIRTUAL_SPLIT")
         origin = ", ".join(settings.shown(n) for n in given if n in settings.given)
         plan.decisions.append(f"logical GPUs {described} ({origin})")
-        logical = [_logical(Item(*LISTED, i), [New(CONFIGURATION, (("memory_limit", mb),))
+        logical = [_logical(Item(LIST, ("GPU",), i), [New(CONFIGURATION, (("memory_limit", mb),))
                                                for mb in sizes], plan.decisions[-1])
                    for i, sizes in plan.logical_mb.items()]  # fmt: skip
         if (user_value(budget.env, "TF_GPU_ALLOCATOR") or "").strip() == "cuda_malloc_async":
@@ -189,7 +189,7 @@ def _gpus(plan: Plan, budget: Budget, gpu_count: int) -> None:
         else:
             plan.decisions.append(f"memory growth {'on' if growth else 'off'} ({shown})")
             plan.calls += [
-                Call("config.experimental.set_memory_growth", (Item(*LISTED, i), growth),
+                Call("config.experimental.set_memory_growth", (Item(LIST, ("GPU",), i), growth),
                      plan.decisions[-1], "set_memory_growth")
                 for i in gpus.indexes
             ]  # fmt: skip
@@ -220,7 +220,7 @@ def _no_gpu(plan: Plan, budget: Budget, gpu_count: int) -> None:
         plan.cpu_logical = count
         why = settings.shown("VIRTUAL_SPLIT")
         plan.decisions.append(f"CPU:0 split into {count} logical CPUs ({why}, no GPU)")
-        cpu = Item("config.list_physical_devices", ("CPU",), 0)
+        cpu = Item(LIST, ("CPU",), 0)
         plan.calls.append(_logical(cpu, [New(CONFIGURATION)] * count, plan.decisions[-1]))
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..budget import FRAMEWORK_READS, Budget
-from ..budget.gpus import gpu_required, unused_on_cpu
+from ..budget.gpus import no_gpu
 from ..budget.roles import NAMES, Role, decide
 from ..errors import ConfigError, Problem
 from ..node.cuda import CUDA_VISIBLE, cuda_devices
@@ -103,12 +103,8 @@ def plan_torch(budget: Budget, devices: list[str]) -> Plan:
     if devices and settings.visible_gpu != ():
         caps = _plan_gpus(plan, budget, devices)
     else:
-        hidden = bool(devices)
-        if settings.require_gpu and plan.role.runs_model:
-            raise gpu_required(settings, hidden, f"{NAME} finds no GPU")
-        warning = unused_on_cpu(settings, sizes=False, required=False)
-        if warning and not hidden and plan.role.runs_model:
-            plan.warnings.append(warning)
+        warning = no_gpu(settings, bool(devices), NAME, plan.role.runs_model)
+        plan.warnings += [warning] if warning else []
         if devices:
             _narrow(plan, env, "")
             plan.decisions.append(f"no GPU: {CUDA_VISIBLE}= ({settings.shown('VISIBLE_GPU')})")

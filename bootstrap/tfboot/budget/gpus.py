@@ -128,6 +128,16 @@ def unused_on_cpu(settings: Settings, sizes: bool, required: bool) -> str | None
     return f"no GPU found, running on CPU{detail}"
 
 
+def no_gpu(settings: Settings, hidden: bool, framework: str, runs_model: bool) -> str | None:
+    """No GPU for JAX or PyTorch (``hidden``: ``VISIBLE_GPU=none`` on a GPU host):
+    ``REQUIRE_GPU`` fails and the GPU settings given are named in one warning, both only
+    for a framework that runs the model."""
+    if settings.require_gpu and runs_model:
+        raise gpu_required(settings, hidden, f"{framework} finds no GPU")
+    warning = unused_on_cpu(settings, sizes=False, required=False)
+    return warning if warning and not hidden and runs_model else None
+
+
 def mig_warning(settings: Settings, env: Mapping[str, str]) -> str | None:
     """One process can use one MIG slice: more than one visible is a warning (an error under
     ``REQUIRE_GPU``), as the others would stay idle."""

@@ -120,11 +120,13 @@ def run(
     ``name``, while ``importing`` are being imported); the result once it is complete."""
     env = os.environ if env is None else env
     name = name or adapter.MODULE
+    if disabled(env):
+        return None
     if env is os.environ and stage == "before":
         _snapshots[name] = dict(os.environ)
     elif env is os.environ and name in _snapshots:
         note_writes(_snapshots.pop(name), name)  # what the framework set while importing
-    if stage not in adapter.STAGES or disabled(env):
+    if stage not in adapter.STAGES:
         return None
     with _lock:
         if name in _results:

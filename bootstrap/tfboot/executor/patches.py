@@ -24,7 +24,7 @@ def tf_data_defaults(tf: ModuleType, defaults: DataDefaults) -> str | None:
     """Every tf.data pipeline of the process gets ``defaults`` under its own options."""
     from .tfdata import HOOK, install
 
-    if install(tf, defaults) is not None:
+    if not install(tf, defaults):
         return None
     return f"tf.data.Dataset.{HOOK} gives every pipeline: {defaults.describe()}"
 

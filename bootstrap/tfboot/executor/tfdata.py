@@ -24,7 +24,8 @@ defaults, under its own options, when it crossed into the function.
 
 What it cannot reach: a dataset iterated by C++ code that never passes through Python
 (a SavedModel's own input pipeline run by the C++ API, TF Serving). Where the method does
-not exist (a TensorFlow that renamed it), nothing is injected and one warning says so.
+not exist (a TensorFlow that renamed it), nothing is injected and TensorFlow's plan says
+so in one warning.
 """
 
 from __future__ import annotations
@@ -112,15 +113,12 @@ def _wrap(owner: type, name: str, make: Callable[[Any], Any]) -> None:
     setattr(owner, name, wrapped)
 
 
-def install(tf: ModuleType, defaults: DataDefaults) -> str | None:
-    """Give every pipeline ``defaults``; None when installed, else why not (a warning)."""
+def install(tf: ModuleType, defaults: DataDefaults) -> bool:
+    """Give every pipeline ``defaults``; False where TensorFlow has no Dataset hook (the
+    adapter knew it as a fact, and its plan says so in a warning)."""
     owner = _dataset_class(tf)
     if owner is None:
-        return (
-            f"tf.data defaults ({defaults.describe()}) not applied: TensorFlow "
-            f"{getattr(tf, '__version__', '?')} has no Dataset.{HOOK}, where tfboot injects "
-            "them; set tf.data.Options in the pipeline instead"
-        )
+        return False
     ours = _fields(defaults)
     module = sys.modules.get(owner.__module__)
     variant = getattr(module, "_VariantDataset", None)
@@ -145,4 +143,4 @@ def install(tf: ModuleType, defaults: DataDefaults) -> str | None:
             return to_components
 
         _wrap(spec, "_to_components", crossing)
-    return None
+    return True

@@ -53,11 +53,9 @@ def _file_backend(path: str) -> str:
             config = json.load(file)
     except (OSError, ValueError):
         return DEFAULT_BACKEND
-    return (
-        str(config.get("backend") or DEFAULT_BACKEND)
-        if isinstance(config, dict)
-        else (DEFAULT_BACKEND)
-    )
+    if not isinstance(config, dict):
+        return DEFAULT_BACKEND
+    return str(config.get("backend") or DEFAULT_BACKEND)
 
 
 def keras_backend(env: Mapping[str, str], modules: Mapping[str, object] = sys.modules) -> str:
