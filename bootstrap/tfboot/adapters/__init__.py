@@ -8,6 +8,9 @@ An adapter is a module with:
 - ``PREFIX``: how its calls are shown in the log (``tf.config.``);
 - ``STAGES``: the hook points it uses, ``before`` and/or ``after`` the module's code runs;
   the last one logs the result;
+- ``WRITES``: the variables tfboot may write for it; ``SETS``: those the framework sets
+  itself while it imports that tfboot reads as a user's elsewhere (recorded as the
+  framework's);
 - ``facts(stage, budget, read)``: what it needs to know of the framework, asked through
   ``read`` (the executor's, the only code that touches a framework) and the node layer;
 - ``plan(stage, budget, facts)``: pure, the ``Plan`` for that hook point;

@@ -37,6 +37,7 @@ READS = FRAMEWORK_READS
 PREFIX = "jax."
 STAGES = ("before", "after")
 REPORTED_BY = ""  # it reports its own invalid settings
+SETS = ()  # it sets none of the variables tfboot reads as a user's while it imports
 # JAX's CUDA plugins: without one JAX sees no GPU, whatever the node has.
 CUDA_PLUGINS = ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13")
 BRIDGE = "_src.xla_bridge"  # where JAX keeps its backend factories (jax/_src/xla_bridge.py)

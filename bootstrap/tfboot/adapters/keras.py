@@ -21,6 +21,9 @@ READS = frozenset({"MIXED_PRECISION"})
 PREFIX = "keras."
 STAGES = ("after",)
 WRITES = ()  # Keras gets calls only
+# What Keras sets itself while it imports, that tfboot reads as a user's setting elsewhere:
+# on another backend, TensorFlow's growth (keras/src/backend/config.py, Keras 3.15.1, 364-368).
+SETS = ("TF_FORCE_GPU_ALLOW_GROWTH",)
 REPORTED_BY = "tensorflow"  # an invalid value is reported by TensorFlow when it is loaded
 
 

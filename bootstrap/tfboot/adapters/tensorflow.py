@@ -31,6 +31,7 @@ READS = None  # every variable of the contract
 PREFIX = "tf.config."
 STAGES = ("before", "after")
 REPORTED_BY = ""  # it reports its own invalid settings
+SETS = ()  # it sets none of the variables tfboot reads as a user's while it imports
 
 INTRA_ENV = "TF_NUM_INTRAOP_THREADS"
 INTER_ENV = "TF_NUM_INTEROP_THREADS"

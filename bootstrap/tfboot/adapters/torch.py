@@ -36,6 +36,7 @@ READS = FRAMEWORK_READS
 PREFIX = "torch."
 STAGES = ("before", "after")
 REPORTED_BY = ""  # it reports its own invalid settings
+SETS = ()  # it sets none of the variables tfboot reads as a user's while it imports
 # The variables PyTorch sizes its intra-op pool from, the later winning
 # (aten/src/ATen/ParallelCommon.cpp, PyTorch 2.13, ``intraop_default_num_threads``).
 THREAD_ENVS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")

@@ -34,8 +34,8 @@ _roles: dict[str, Role] = {}  # module name -> its role, decided at its first im
 # The validate-then-reuse cache: module name -> (the environment, the budget) after its
 # earlier hook point, reused by the next one while the environment is the same.
 _checked: dict[str, tuple[dict[str, str], Budget]] = {}
-# module name -> the environment when its import began, to see what the framework writes
-_snapshots: dict[str, dict[str, str]] = {}
+# module name -> its framework's ``SETS`` when its import began, to see what it wrote
+_snapshots: dict[str, dict[str, str | None]] = {}
 
 
 def last_result() -> Result | None:
@@ -122,8 +122,8 @@ def run(
     name = name or adapter.MODULE
     if disabled(env):
         return None
-    if env is os.environ and stage == "before":
-        _snapshots[name] = dict(os.environ)
+    if env is os.environ and adapter.SETS and stage == "before":
+        _snapshots[name] = {n: os.environ.get(n) for n in adapter.SETS}
     elif env is os.environ and name in _snapshots:
         note_writes(_snapshots.pop(name), name)  # what the framework set while importing
     if stage not in adapter.STAGES:

@@ -37,8 +37,10 @@ def inherited(names: tuple[str, ...], planned: Mapping[str, str]) -> list[str]:
     ]
 
 
-def note_writes(snapshot: Mapping[str, str], who: str) -> None:
-    """Record what ``who`` (a framework, while it imported) changed since ``snapshot``."""
-    for name, value in list(os.environ.items()):
-        if name != RECORD and snapshot.get(name) != value and writer(os.environ, name) is None:
-            os.environ[RECORD] = with_write(os.environ, name, value, who, snapshot.get(name))
+def note_writes(snapshot: Mapping[str, str | None], who: str) -> None:
+    """Record the variables of ``snapshot`` that ``who`` (a framework, while it imported)
+    changed since it was taken."""
+    for name, old in snapshot.items():
+        value = os.environ.get(name)
+        if value is not None and value != old and writer(os.environ, name) is None:
+            os.environ[RECORD] = with_write(os.environ, name, value, who, old)
