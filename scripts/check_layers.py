@@ -23,8 +23,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("budget", ("budget",)),
     ("adapters", ("adapters",)),
     ("executor", ("executor",)),
+    ("usage", ("usage",)),
     ("start-up", ("", "_startup", "_hook")),
-    ("tools", ("__main__", "cli", "doctor", "verify", "selftest", "manifests")),
+    ("tools", ("__main__", "cli", "doctor", "verify", "selftest", "manifests", "suggestcmd")),
 )
 ADAPTERS = "adapters"
 

@@ -84,6 +84,10 @@ def _hook_point(adapter: str, name: str, stage: str) -> "object":
         from . import _hook
         from .executor import run
 
-        run(import_module(f"tfboot.adapters.{adapter}"), stage, module, name, _hook.importing())
+        configured = import_module(f"tfboot.adapters.{adapter}")
+        if run(configured, stage, module, name, _hook.importing()) is not None:
+            from .usage import watch
+
+            watch(configured, name)
 
     return hook

@@ -1,4 +1,4 @@
-"""The ``tfboot`` command line: show, check, doctor, selftest, manifests."""
+"""The ``tfboot`` command line: show, check, doctor, selftest, manifests, suggest."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ memory growth (MEMORY_GROWTH), logical GPUs per GPU (VIRTUAL_SPLIT), CPU threads
   selftest    check each GPU row of the contract on this node, each in a fresh process;
               exit status 0 all passed or skipped, 1 a row failed, 3 no GPU
   manifests   check Kubernetes manifests: env against resource limits, security context
+  suggest     what to set next time (env, Pod resources, Slurm options) from usage files
 """
 
 EPILOG = """\
@@ -41,6 +42,7 @@ examples:
   VIRTUAL_SPLIT=2 python -m tfboot doctor --json
   tfboot selftest --gpu 1 --json
   kubectl kustomize k8s/overlays/virtual-split | tfboot manifests -
+  tfboot suggest --patch usage/*.json > overlays/sized/usage.yaml
 """
 
 
@@ -362,6 +364,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     checker.add_arguments(manifests)
     manifests.set_defaults(func=checker.run)
+
+    from . import suggestcmd
+
+    suggested = commands.add_parser(
+        "suggest",
+        help="what to set next time, from usage files (TFBOOT_USAGE_FILE)",
+        description=suggestcmd.__doc__.split("\n\n")[1].replace("\n", " "),
+    )
+    suggestcmd.add_arguments(suggested)
+    suggested.set_defaults(func=suggestcmd.run)
     return parser
 
 

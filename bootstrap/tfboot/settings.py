@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .cluster import MODES, NAMES
-from .errors import ConfigError, Problem
+from .errors import ConfigError, Problem, bounded
 from .node.deviceplugin import looked_for, read_plugin_limit
 from .provenance import user_value
 from .values import digits, nonblank, positive, shorten
@@ -36,6 +36,16 @@ DISABLE = "TFBOOT_DISABLE"
 ENV_FILE = "TFBOOT_ENV_FILE"
 ON_ERROR = "TFBOOT_ON_ERROR"
 LOG = "TFBOOT_LOG"
+# The usage report's (tfboot.usage): also read from the process environment only.
+USAGE = "TFBOOT_USAGE"
+USAGE_FILE = "TFBOOT_USAGE_FILE"
+USAGE_INTERVAL = "TFBOOT_USAGE_INTERVAL"
+TERMINATION_LOG = "TFBOOT_TERMINATION_LOG"
+TEXTFILE_DIR = "TFBOOT_TEXTFILE_DIR"
+PUSHGATEWAY = "TFBOOT_PUSHGATEWAY"
+METRICS_JOB = "TFBOOT_METRICS_JOB"
+MAX_INTERVAL_S = 86400  # a day between snapshots: a longer wait is no snapshot at all
+MAX_LABEL = 128
 
 if TYPE_CHECKING:
     from .cluster.variables import ClusterSettings
@@ -189,11 +199,61 @@ CONTRACT: tuple[Variable, ...] = (
     Variable("DISTRIBUTED", _choice(*MODES), " | ".join(MODES), "off"),
     Variable("LOADER_GPU", parse_bool, "bool", False),
 )
+
+
+def _path(name: str, value: str) -> str:
+    """A path, as given (blanks around it removed); a NUL byte can name no file."""
+    if "\0" in value:
+        raise ConfigError(Problem(name, value, "expected a path (a NUL byte names no file)"))
+    return value.strip()
+
+
+def _path_or_off(name: str, value: str) -> str | None:
+    """``off`` -> None, else a path."""
+    return None if _word(value) == "off" else _path(name, value)
+
+
+def _interval(name: str, value: str) -> int:
+    return bounded(name, value, 1, MAX_INTERVAL_S, "whole seconds")
+
+
+def _url(name: str, value: str) -> str:
+    """An http(s) URL with a host, such as http://pushgateway:9091."""
+    from urllib.parse import urlsplit
+
+    accepted = "expected an http:// or https:// URL with a host, such as http://pushgateway:9091"
+    try:
+        parts = urlsplit(value.strip())
+        parts.port  # noqa: B018 - a port out of range raises here
+    except ValueError:
+        raise ConfigError(Problem(name, value, accepted)) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(Problem(name, value, accepted))
+    return value.strip()
+
+
+def _label(name: str, value: str) -> str:
+    """A Prometheus label value: printable, at most ``MAX_LABEL`` characters."""
+    text = value.strip()
+    if len(text) > MAX_LABEL or not text.isprintable():
+        raise ConfigError(
+            Problem(name, value, f"expected a name of at most {MAX_LABEL} printable characters")
+        )
+    return text
+
+
 CONTROL: tuple[Variable, ...] = (
     Variable(DISABLE, parse_bool, "bool", False),
     Variable(ENV_FILE, lambda _name, value: value.strip(), "path of a .env file", None),
     Variable(ON_ERROR, _choice("raise", "warn"), "raise | warn", "raise"),
     Variable(LOG, _choice("quiet", "info", "debug"), "quiet | info | debug", "info"),
+    Variable(USAGE, parse_bool, "bool", True),
+    Variable(USAGE_FILE, _path, "path of the JSON usage file", None),
+    Variable(USAGE_INTERVAL, _interval, f"seconds 1..{MAX_INTERVAL_S}", 30),
+    Variable(TERMINATION_LOG, _path_or_off, "path | off", "/dev/termination-log"),
+    Variable(TEXTFILE_DIR, _path, "directory of node-exporter's textfile collector", None),
+    Variable(PUSHGATEWAY, _url, "http(s) URL of a Pushgateway", None),
+    Variable(METRICS_JOB, _label, f"up to {MAX_LABEL} printable characters", "tfboot"),
 )
 CONTRACT_NAMES = frozenset(v.name for v in CONTRACT)
 # The GPU settings, named when no GPU is found; with the others that need the device list,

@@ -14,7 +14,9 @@ An adapter is a module with:
 - ``facts(stage, budget, read)``: what it needs to know of the framework, asked through
   ``read`` (the executor's, the only code that touches a framework) and the node layer;
 - ``plan(stage, budget, facts)``: pure, the ``Plan`` for that hook point;
-- ``refused(described, exc, applied)``: the problem when the framework refuses a call.
+- ``refused(described, exc, applied)``: the problem when the framework refuses a call;
+- ``peaks(read, plan)``: each GPU's allocator peak so far (``Peak``), read through ``read``
+  and never starting the framework's runtime: empty until the framework has started it.
 
 The executor (``tfboot.executor``) runs them; the start-up table maps module names to
 adapters.
@@ -43,6 +45,21 @@ class Read(Protocol):
     def attr(self, target: str, default: Any = None) -> Any: ...
 
     def call(self, target: str, *args: Any) -> Any: ...
+
+    def loaded(self, module: str) -> Any: ...  # a module already imported, or None
+
+
+@dataclass(frozen=True)
+class Peak:
+    """One GPU's memory as the framework's own allocator saw it, for the usage report."""
+
+    index: int  # the device's index as the framework numbers it (GPU:1, cuda:1)
+    physical: int  # its physical GPU's position in the framework's list (before any split)
+    peak_bytes: int  # the allocator's peak: what was in use (TensorFlow, JAX) or held (PyTorch)
+    source: str  # the call it came from
+    cap_mib: int | None = None  # the cap tfboot gave it; None: none
+    limit_bytes: int | None = None  # the allocator's own limit, where it says
+    ooms: int | None = None  # allocations it refused, where it counts them
 
 
 @dataclass(frozen=True)
@@ -99,6 +116,8 @@ class Plan:
     visible: tuple[int, ...] | None = None
     logical_mb: dict[int, tuple[int, ...]] = field(default_factory=dict)
     cpu_logical: int | None = None  # logical CPUs on a host without GPUs
+    # The cap of each device as the framework numbers it (logical GPUs, CUDA ordinals).
+    device_caps: dict[int, int] = field(default_factory=dict)
     host: HostMemory | None = None
     cluster: ClusterPlan | None = None
 
@@ -110,6 +129,18 @@ class Plan:
     def gpus_visible(self, gpu_count: int) -> range | tuple[int, ...]:
         """The physical GPUs left visible, by index, of ``gpu_count`` listed."""
         return range(gpu_count) if self.visible is None else self.visible
+
+    def devices(self) -> list[tuple[int, int | None]]:
+        """(physical GPU, cap in MiB or None) of each GPU device the framework lists, in its
+        order: a GPU's logical devices in turn, else the GPU itself."""
+        found: list[tuple[int, int | None]] = []
+        for physical in self.gpus_visible(self.gpu_count):
+            sizes = self.logical_mb.get(physical)
+            if sizes:
+                found += [(physical, mb) for mb in sizes]
+            else:
+                found.append((physical, self.device_caps.get(len(found))))
+        return found
 
     def local_replicas(self) -> int:
         """Visible logical GPUs (visible GPUs x split), else 1 (CPU:0)."""

@@ -28,7 +28,7 @@ from ..node.nvml import read_inventory
 from ..node.xlaflags import value as xla_flag
 from ..provenance import user_value
 from ..settings import Settings
-from . import Patch, Plan, Read
+from . import Patch, Peak, Plan, Read
 
 MODULE = "jax"
 NAME = NAMES[MODULE]
@@ -214,6 +214,8 @@ def _plan_gpus(plan: Plan, budget: Budget, totals: tuple[int, ...], narrowed: bo
     settings, env = budget.settings, budget.env
     gpus = budget.gpus(len(totals), f"{NAME} will list")
     visible = gpus.visible
+    plan.gpu_count, plan.visible = len(totals), visible
+    plan.device_caps = {i: cap for i, cap in enumerate(gpus.caps) if cap is not None}
     if visible is not None and not narrowed:
         listed = ",".join(map(str, visible))
         if plan.setenv(env, VISIBLE_ENV, listed, settings, "VISIBLE_GPU"):  # JAX splits at ","
@@ -271,3 +273,23 @@ def _plan_cap(plan: Plan, settings: Settings, cap: int, total: int, env: Mapping
 def refused(described: str, exc: Exception, applied: list[str]) -> Problem:
     """JAX's plan makes no call that can be refused; a refusal is still named."""
     return Problem("", None, f"JAX refused {described} ({exc})")
+
+
+def peaks(read: Read, plan: Plan) -> list[Peak]:
+    """Each GPU's ``peak_bytes_in_use`` and ``bytes_limit`` (``Device.memory_stats``), once
+    JAX has made its backends (jax/_src/xla_bridge.py keeps them in ``_backends``)."""
+    if not read.attr(f"{BRIDGE}._backends"):
+        return []
+    devices = plan.devices()
+    found = []
+    gpus = [d for d in read.call("local_devices") if getattr(d, "platform", "") == "gpu"]
+    for ordinal, device in enumerate(gpus):
+        stats = device.memory_stats() or {}
+        if "peak_bytes_in_use" not in stats:
+            continue
+        physical, cap = devices[ordinal] if ordinal < len(devices) else (ordinal, None)
+        found.append(
+            Peak(ordinal, physical, int(stats["peak_bytes_in_use"]), "jax Device.memory_stats",
+                 cap, stats.get("bytes_limit"))
+        )  # fmt: skip
+    return found

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..budget import Budget
 from ..errors import Problem
-from . import Call, Plan, Read
+from . import Call, Peak, Plan, Read
 
 MODULE = "keras"
 NAME = "Keras"
@@ -50,3 +50,8 @@ def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
 def refused(described: str, exc: Exception, applied: list[str]) -> Problem:
     """Keras refused its policy."""
     return Problem("MIXED_PRECISION", None, f"Keras refused {described} ({exc})")
+
+
+def peaks(read: Read, plan: Plan) -> list[Peak]:
+    """Keras allocates nothing itself: its backend's adapter reports the GPUs."""
+    return []

@@ -22,7 +22,7 @@ from ..node.hostmem import PINNED_ENV, PINNED_SHARE
 from ..node.nccl import measure, why_needed
 from ..node.xla import Toolchain, pip_toolchain, plan_toolchain
 from ..provenance import user_value
-from . import Call, Item, New, Patch, Plan, Read
+from . import Call, Item, New, Patch, Peak, Plan, Read
 
 MODULE = "tensorflow"
 NAME = NAMES[MODULE]
@@ -314,3 +314,25 @@ def refused(described: str, exc: Exception, applied: list[str]) -> Problem:
         "set the variables before the first TensorFlow op (tfboot applies them at "
         "`import tensorflow`), or restart the process",
     )
+
+
+# Where TensorFlow keeps its runtime: ``context._context`` is made at import, and its
+# ``_context_handle`` only when the runtime starts (tensorflow/python/eager/context.py, 2.21).
+CONTEXT = "tensorflow.python.eager.context"
+
+
+def peaks(read: Read, plan: Plan) -> list[Peak]:
+    """Each logical GPU's ``get_memory_info`` peak (the BFC allocator's bytes in use at its
+    highest), once the runtime has started: asking earlier would start it."""
+    context = getattr(read.loaded(CONTEXT), "_context", None)
+    if getattr(context, "_context_handle", None) is None:
+        return []
+    devices = plan.devices()
+    found = []
+    for index, device in enumerate(read.call("config.list_logical_devices", "GPU")):
+        physical, cap = devices[index] if index < len(devices) else (index, None)
+        info = read.call("config.experimental.get_memory_info", device.name)
+        found.append(
+            Peak(index, physical, int(info["peak"]), "tf.config.experimental.get_memory_info", cap)
+        )
+    return found

@@ -27,7 +27,7 @@ from ..node.cuda import CUDA_VISIBLE, cuda_devices
 from ..node.nvml import read_inventory
 from ..provenance import user_value
 from ..settings import Settings
-from . import Call, Patch, Plan, Read
+from . import Call, Patch, Peak, Plan, Read
 
 MODULE = "torch"
 NAME = NAMES[MODULE]
@@ -186,6 +186,7 @@ def _plan_gpus(plan: Plan, budget: Budget, devices: list[str]) -> Patch | None:
             f"({settings.shown('VISIBLE_GPU')})"
         )
     caps = {ordinal: cap for ordinal, cap in enumerate(gpus.caps) if cap is not None}
+    plan.gpu_count, plan.visible, plan.device_caps = len(devices), visible, caps
     if caps:
         shown = ", ".join(f"cuda:{o} {c} MiB" for o, c in caps.items())
         plan.decisions.append(
@@ -204,3 +205,20 @@ def _plan_gpus(plan: Plan, budget: Budget, devices: list[str]) -> Patch | None:
             f"({settings.shown('MEMORY_GROWTH')})"
         )
     return patch
+
+
+def peaks(read: Read, plan: Plan) -> list[Peak]:
+    """Each GPU's caching-allocator peak (``max_memory_reserved``: what it held from CUDA),
+    once CUDA has started; ``memory_stats``'s ``num_ooms`` counts the allocations it refused."""
+    if not read.call("cuda.is_initialized"):
+        return []
+    devices = plan.devices()
+    found = []
+    for ordinal in range(int(read.call("cuda.device_count"))):
+        physical, cap = devices[ordinal] if ordinal < len(devices) else (ordinal, None)
+        stats = read.call("cuda.memory_stats", ordinal) or {}
+        found.append(
+            Peak(ordinal, physical, int(read.call("cuda.max_memory_reserved", ordinal)),
+                 "torch.cuda.max_memory_reserved", cap, ooms=stats.get("num_ooms"))
+        )  # fmt: skip
+    return found

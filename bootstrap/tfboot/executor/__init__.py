@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from ..adapters import Call, Item, New, Patch, Plan
+from ..adapters import Call, Item, New, Patch, Peak, Plan
 from ..budget import Budget, make_budget
 from ..budget.roles import RUNS_MODEL, Role
 from ..errors import ConfigError
@@ -74,6 +74,10 @@ class Reader:
             self._called[key] = self.function(target)(*args)
         return self._called[key]
 
+    def loaded(self, module: str) -> Any:
+        """A module already imported (never imported here), or None."""
+        return sys.modules.get(module)
+
     def function(self, target: str) -> Any:
         found = self.attr(target, _MISSING)
         if found is _MISSING:
@@ -106,6 +110,19 @@ class Reader:
 
 
 _MISSING = object()
+
+
+def peaks(adapter: Any, name: str = "") -> tuple[list[Peak], str]:
+    """The GPUs' allocator peaks so far of the framework imported as ``name``, which tfboot
+    configured, and a problem met reading them (a framework shutting down, a stand-in)."""
+    name = name or adapter.MODULE
+    result, module = _results.get(name), sys.modules.get(name)
+    if result is None or result.plan is None or module is None:
+        return [], ""
+    try:
+        return adapter.peaks(Reader(module), result.plan), ""
+    except Exception as exc:  # the report goes on without them, saying why
+        return [], f"{adapter.NAME}'s GPU memory could not be read ({type(exc).__name__}: {exc})"
 
 
 def run(

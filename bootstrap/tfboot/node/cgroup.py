@@ -250,15 +250,8 @@ def _mem_total(root: str) -> int | None:
     return None
 
 
-def _tightest_limit(
-    root: str,
-    controller: str,
-    read_v1: Callable[[str, str], float | None],
-    v1_name: str,
-    read_v2: Callable[[str, str], float | None],
-    v2_name: str,
-) -> tuple[float, str] | None:
-    """The smallest limit of ``controller`` from the process's cgroup up to the mount.
+def _find(root: str, controller: str) -> tuple[_Mount, str] | None:
+    """The mount holding ``controller`` for this process and the process's cgroup path in it.
 
     cgroup v1 with the controller (also on hybrid hosts) decides; else the v2 unified tree.
     """
@@ -273,13 +266,41 @@ def _tightest_limit(
                 (m for m in mounts if m.version == 1 and controller in m.controllers), None
             )
             if mount is not None:
-                return _tightest(root, mount, path, read_v1, v1_name)
+                return mount, path
     for hierarchy, _controllers, path in memberships:
         if hierarchy == 0:
             mount = next((m for m in mounts if m.version == 2), None)
             if mount is not None:
-                return _tightest(root, mount, path, read_v2, v2_name)
+                return mount, path
     return None
+
+
+def leaf(root: str, controller: str) -> tuple[int, str] | None:
+    """The cgroup version and the directory of the process's own cgroup for ``controller``
+    (the container's, where its usage files are); None without one."""
+    found = _find(root, controller)
+    if found is None:
+        return None
+    mount, path = found
+    return mount.version, _directories(mount, path)[0]
+
+
+def _tightest_limit(
+    root: str,
+    controller: str,
+    read_v1: Callable[[str, str], float | None],
+    v1_name: str,
+    read_v2: Callable[[str, str], float | None],
+    v2_name: str,
+) -> tuple[float, str] | None:
+    """The smallest limit of ``controller`` from the process's cgroup up to the mount."""
+    found = _find(root, controller)
+    if found is None:
+        return None
+    mount, path = found
+    if mount.version == 1:
+        return _tightest(root, mount, path, read_v1, v1_name)
+    return _tightest(root, mount, path, read_v2, v2_name)
 
 
 def _tightest(

@@ -51,24 +51,96 @@ def read_inventory(env: Mapping[str, str] | None = None) -> Inventory:
         return Inventory(problem=f"NVML could not list the GPUs: {exc}")
 
 
-def _read(nvml: ctypes.CDLL) -> Inventory:
-    def check(what: str, status: int) -> None:
-        if status != 0:
-            raise OSError(f"{what} returned NVML status {status}")
+class _Process(ctypes.Structure):
+    """``nvmlProcessInfo_t`` (nvml.h, CUDA 12 and 13): one process on a GPU."""
 
-    check("nvmlInit_v2", nvml.nvmlInit_v2())
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
+
+
+INSUFFICIENT_SIZE = 7  # NVML_ERROR_INSUFFICIENT_SIZE
+NOT_AVAILABLE = (1 << 64) - 1  # NVML_VALUE_NOT_AVAILABLE: usedGpuMemory unknown (Windows WDDM)
+
+
+def _check(what: str, status: int) -> None:
+    if status != 0:
+        raise OSError(f"{what} returned NVML status {status}")
+
+
+def _handles(nvml: ctypes.CDLL) -> list[ctypes.c_void_p]:
+    count = ctypes.c_uint()
+    _check("nvmlDeviceGetCount_v2", nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)))
+    handles = []
+    for index in range(count.value):
+        handle = ctypes.c_void_p()
+        _check(
+            "nvmlDeviceGetHandleByIndex_v2",
+            nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)),
+        )
+        handles.append(handle)
+    return handles
+
+
+def process_memory(pid: int, env: Mapping[str, str] | None = None) -> dict[int, int]:
+    """The GPU memory NVML counts for process ``pid`` (its allocator, CUDA context and
+    libraries), by NVML index; empty without NVML or where NVML does not list ``pid``.
+
+    Inside a container NVML lists host PIDs, so a process in its own PID namespace is
+    usually not found: then nothing is claimed.
+    """
+    env = os.environ if env is None else env
     try:
-        count = ctypes.c_uint()
-        check("nvmlDeviceGetCount_v2", nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)))
+        nvml = ctypes.CDLL(env.get(LIBRARY_ENV) or LIBRARY)
+    except OSError:
+        return {}
+    try:
+        _check("nvmlInit_v2", nvml.nvmlInit_v2())
+    except (AttributeError, OSError):
+        return {}
+    found = {}
+    try:
+        for index, handle in enumerate(_handles(nvml)):
+            for process in _processes(nvml, handle):
+                if process.pid == pid and process.usedGpuMemory != NOT_AVAILABLE:
+                    found[index] = found.get(index, 0) + process.usedGpuMemory
+    except (AttributeError, OSError):
+        return {}
+    finally:
+        nvml.nvmlShutdown()
+    return found
+
+
+def _processes(nvml: ctypes.CDLL, handle: ctypes.c_void_p) -> list[_Process]:
+    """The compute processes on one GPU (the list may grow between the two calls)."""
+    function = nvml.nvmlDeviceGetComputeRunningProcesses_v3
+    for _attempt in range(3):
+        count = ctypes.c_uint(0)
+        status = function(handle, ctypes.byref(count), None)
+        if status == 0:
+            return []
+        if status != INSUFFICIENT_SIZE:
+            _check("nvmlDeviceGetComputeRunningProcesses_v3", status)
+        count = ctypes.c_uint(count.value + 4)
+        buffer = (_Process * count.value)()
+        status = function(handle, ctypes.byref(count), buffer)
+        if status == 0:
+            return list(buffer[: count.value])
+        if status != INSUFFICIENT_SIZE:
+            _check("nvmlDeviceGetComputeRunningProcesses_v3", status)
+    return []
+
+
+def _read(nvml: ctypes.CDLL) -> Inventory:
+    _check("nvmlInit_v2", nvml.nvmlInit_v2())
+    try:
         totals, used = [], []
-        for index in range(count.value):
-            handle = ctypes.c_void_p()
-            check(
-                "nvmlDeviceGetHandleByIndex_v2",
-                nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)),
-            )
+        for handle in _handles(nvml):
             memory = _Memory()
-            check(
+            _check(
                 "nvmlDeviceGetMemoryInfo",
                 nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)),
             )

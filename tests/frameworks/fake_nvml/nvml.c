@@ -1,8 +1,10 @@
 /* A stand-in for the driver's libnvidia-ml, which no machine without an NVIDIA driver has.
    It lists the GPUs named in FAKE_NVML_MIB ("total:used,total:used", MiB); unset, nvmlInit
-   fails as the real library does without a driver. Only the calls tfboot makes exist. */
+   fails as the real library does without a driver. FAKE_NVML_PROCS ("index:pid:MiB,...", pid 0
+   for the calling process) lists compute processes. Only the calls tfboot makes exist. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 typedef struct { unsigned long long total, free, used; } memory_t;
 static unsigned long long totals[64], used[64];
@@ -38,5 +40,34 @@ int nvmlDeviceGetMemoryInfo(void *handle, memory_t *memory) {
     memory->total = totals[index];
     memory->used = used[index];
     memory->free = totals[index] - used[index];
+    return 0;
+}
+
+typedef struct {
+    unsigned pid;
+    unsigned long long usedGpuMemory;
+    unsigned gpuInstanceId, computeInstanceId;
+} process_t;
+
+int nvmlDeviceGetComputeRunningProcesses_v3(void *handle, unsigned *infoCount, process_t *infos) {
+    unsigned index = (unsigned)(uintptr_t)handle - 1, found = 0;
+    const char *spec = getenv("FAKE_NVML_PROCS");
+    process_t listed[64];
+    while (spec && *spec && found < 64) {
+        char *end;
+        unsigned gpu = (unsigned)strtoul(spec, &end, 10);
+        unsigned pid = (*end == ':') ? (unsigned)strtoul(end + 1, &end, 10) : 0;
+        unsigned long long mib = (*end == ':') ? strtoull(end + 1, &end, 10) : 0;
+        if (gpu == index) {
+            listed[found].pid = pid ? pid : (unsigned)getpid();
+            listed[found].usedGpuMemory = mib << 20;
+            found++;
+        }
+        if (*end != ',') break;
+        spec = end + 1;
+    }
+    if (*infoCount < found) { *infoCount = found; return 7; } /* NVML_ERROR_INSUFFICIENT_SIZE */
+    for (unsigned i = 0; i < found; i++) infos[i] = listed[i];
+    *infoCount = found;
     return 0;
 }

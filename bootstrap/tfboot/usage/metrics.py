@@ -1,0 +1,132 @@
+"""A usage record as Prometheus metrics: a textfile for node-exporter, a push to a Pushgateway.
+
+Uses ``prometheus_client`` (``pip install 'tfboot[metrics]'``), imported only when a record
+is exported, never at start-up or at ``import tensorflow``. Names follow Prometheus's
+conventions: base units (``_bytes``, ``_seconds``), ``_ratio`` for shares, ``_total`` for
+counts; the suggestion is named as kube-state-metrics names a container's resources
+(``resource``, ``unit`` labels). Every series carries the record's labels (``job``,
+``pod``, ``namespace``, ...); a push groups by ``job`` and ``instance`` (the Pod).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .measure import MIB
+
+PACKAGE = "prometheus_client"
+PUSH_TIMEOUT_S = 5.0
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_QUANTITY = re.compile(r"^([0-9.]+)(m|Mi)?$")
+
+
+def registry(record: dict[str, Any], omit: tuple[str, ...] = ()) -> Any:
+    """The record's metrics in a registry of their own, labelled with the record's labels
+    but ``omit`` (a push's grouping key adds those)."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge
+
+    found = CollectorRegistry()
+    labels = {k: v for k, v in record["labels"].items() if k not in omit}
+    names = sorted(labels)
+    made: dict[str, Any] = {}
+
+    def gauge(name: str, help_text: str, value: float | None, extra: dict[str, str] | None = None,
+              ) -> None:  # fmt: skip
+        if value is None:
+            return
+        keys = names + sorted(extra or {})
+        if name not in made:
+            made[name] = Gauge(name, help_text, keys, registry=found)
+        made[name].labels(**labels, **(extra or {})).set(value)
+
+    for gpu in record["gpus"]:
+        extra = {"gpu": str(gpu["index"]), "framework": gpu["framework"]}
+        gauge("tfboot_gpu_memory_peak_bytes", "GPU memory the framework's allocator peaked at",
+              gpu["peak_mib"] * MIB, extra)  # fmt: skip
+        cap = gpu.get("cap_mib")
+        gauge("tfboot_gpu_memory_cap_bytes", "The GPU memory cap tfboot set",
+              None if cap is None else cap * MIB, extra)  # fmt: skip
+    memory = record["host_memory"]
+    gauge("tfboot_host_memory_peak_bytes", "The container's memory peak",
+          _bytes(memory.get("peak_mib")))  # fmt: skip
+    gauge("tfboot_host_memory_limit_bytes", "The host-memory limit in force",
+          _bytes(memory.get("limit_mib")))  # fmt: skip
+    for key, name, text in (
+        ("oom_kills", "tfboot_host_memory_oom_kills", "OOM kills in the container during the run"),
+        ("high_events", "tfboot_host_memory_high_events", "memory.high events during the run"),
+    ):
+        if memory.get(key) is not None:
+            Counter(name, text, names, registry=found).labels(**labels).inc(memory[key])
+    cpu = record["cpu"]
+    Counter("tfboot_cpu_usage_seconds", "CPU time used during the run", names,
+            registry=found).labels(**labels).inc(cpu["cpu_seconds"])  # fmt: skip
+    gauge("tfboot_run_duration_seconds", "Wall time since tfboot configured the framework",
+          cpu["wall_seconds"])  # fmt: skip
+    quota = cpu.get("quota")
+    gauge("tfboot_cpu_quota_used_ratio", "CPU used over the CPU quota",
+          None if not quota else cpu["used_cpus"] / quota)  # fmt: skip
+    gauge("tfboot_cpu_throttled_ratio", "Share of CFS periods throttled during the run",
+          cpu.get("throttled_fraction"))  # fmt: skip
+    gauge("tfboot_report_final", "1 for the report at the process's end, 0 for a snapshot",
+          1.0 if record["final"] else 0.0)  # fmt: skip
+    suggestion = record.get("suggest") or {}
+    for kind, resources in suggestion.get("resources", {}).items():
+        for resource, quantity in resources.items():
+            value, unit = _quantity(resource, quantity)
+            gauge(f"tfboot_suggested_{kind}", f"The {kind} tfboot suggests for the next run",
+                  value, {"resource": resource, "unit": unit})  # fmt: skip
+    if "MEMORY_LIMIT_MB" in suggestion.get("env", {}):
+        gauge("tfboot_suggested_gpu_memory_cap_bytes", "The MEMORY_LIMIT_MB tfboot suggests",
+              int(suggestion["env"]["MEMORY_LIMIT_MB"]) * MIB)  # fmt: skip
+    return found
+
+
+def _bytes(value: float | None) -> float | None:
+    return None if value is None else value * MIB
+
+
+def _quantity(resource: str, text: str) -> tuple[float, str]:
+    """A suggested quantity (``1500m``, ``2``, ``944Mi``) in cores or bytes."""
+    match = _QUANTITY.match(text)
+    number = float(match.group(1)) if match else 0.0
+    suffix = match.group(2) if match else None
+    if resource == "cpu":
+        return (number / 1000 if suffix == "m" else number), "core"
+    return (number * MIB if suffix == "Mi" else number), "byte"
+
+
+def textfile_name(record: dict[str, Any]) -> str:
+    """``tfboot-JOB-POD.prom``: one file per job and Pod in the collector's directory."""
+    labels = record["labels"]
+    parts = [labels.get("job", "tfboot"), labels.get("pod", "")]
+    if labels.get("task"):
+        parts.append(labels["task"])
+    return "tfboot-" + "-".join(_UNSAFE.sub("_", p) for p in parts if p) + ".prom"
+
+
+def write_textfile(directory: str, record: dict[str, Any]) -> str:
+    """Write the record's metrics into node-exporter's textfile directory; the file's path.
+
+    ``write_to_textfile`` writes a temporary file beside it and renames it, and the
+    collector reads only ``*.prom``, so it never sees half a file.
+    """
+    import os
+
+    from prometheus_client import write_to_textfile
+
+    path = os.path.join(directory, textfile_name(record))
+    write_to_textfile(path, registry(record))
+    return path
+
+
+def push(url: str, record: dict[str, Any]) -> None:
+    """Push the record's metrics to a Pushgateway, grouped by job and instance (the Pod)."""
+    from prometheus_client import push_to_gateway
+
+    labels = record["labels"]
+    grouping = {"instance": labels.get("pod", "")}
+    if labels.get("task"):
+        grouping["task"] = labels["task"]
+    push_to_gateway(url, job=labels["job"], registry=registry(record, ("job", *grouping)),
+                    grouping_key=grouping, timeout=PUSH_TIMEOUT_S)  # fmt: skip

@@ -1,0 +1,121 @@
+"""Where a usage record goes: the ``used:`` line, the JSON file, Kubernetes's termination log.
+
+Files are written atomically (a temporary file in the same directory, then a rename), so a
+reader, or a job killed mid-write, never sees half a record. The termination log keeps a
+message the program wrote there itself: tfboot's summary is added after it when both fit
+in the kubelet's 4096 bytes, and otherwise the program's message is left alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from typing import Any
+
+from .suggest import summary
+
+TERMINATION_BYTES = 4096  # the kubelet keeps at most this much of a termination message
+
+
+def _gpu(gpu: dict[str, Any]) -> str:
+    cap = f" of {gpu['cap_mib']} MiB cap" if gpu.get("cap_mib") is not None else " (no cap)"
+    text = f"GPU:{gpu['index']} {gpu['framework']} peak {gpu['peak_mib']} MiB{cap}"
+    if gpu.get("ooms"):
+        text += f", {gpu['ooms']} allocator OOMs"
+    if gpu.get("process_mib") is not None:
+        text += (f", process {gpu['process_mib']} MiB in NVML incl. CUDA context and "
+                 f"libraries {gpu['context_mib']} MiB")  # fmt: skip
+    return text
+
+
+def used_line(record: dict[str, Any]) -> str:
+    """The ``used:`` line's text: each budget's figure against it, with its source, and the
+    suggestion."""
+    parts = [_gpu(g) + f" ({g['source']})" for g in record["gpus"]]
+    memory = record["host_memory"]
+    limit = f" of {memory['limit_mib']} MiB" if memory.get("limit_mib") else " (no limit)"
+    text = f"host memory peak {memory['peak_mib']} MiB{limit} ({memory['source']})"
+    counts = [f"{memory[k]} {label}" for k, label in
+              (("oom_kills", "OOM kills"), ("high_events", "memory.high events"))
+              if memory.get(k) is not None]  # fmt: skip
+    parts.append(text + (", " + ", ".join(counts) if counts else ""))
+    cpu = record["cpu"]
+    quota = f" of a {cpu['quota']:g}-CPU quota" if cpu.get("quota") else " (no quota)"
+    text = (f"CPU {cpu['used_cpus']:.2f} CPUs{quota} over {cpu['wall_seconds']:g} s "
+            f"({cpu['source']})")  # fmt: skip
+    if cpu.get("throttled_fraction") is not None:
+        text += f", throttled in {cpu['throttled_fraction']:.1%} of periods"
+    if cpu.get("threads") is not None:
+        text += f", {cpu['threads']} threads"
+    parts.append(text)
+    suggestion = record.get("suggest")
+    if suggestion is not None:
+        parts.append("next time: " + summary(suggestion))
+    return "used: " + "; ".join(parts)
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file renamed over it."""
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=".tfboot-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def write_json(path: str, record: dict[str, Any]) -> None:
+    """The record as a JSON file, atomically."""
+    write_atomically(path, json.dumps(record, indent=2, sort_keys=False) + "\n")
+
+
+def termination_text(record: dict[str, Any]) -> str:
+    """The summary for the termination log, cut to fit the kubelet's limit."""
+    text = "tfboot " + used_line(record) + "\n"
+    return _cut(text, TERMINATION_BYTES)
+
+
+def _cut(text: str, limit: int) -> str:
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[: limit - 4].decode("utf-8", "ignore") + "...\n"
+
+
+class TerminationLog:
+    """Kubernetes's termination message file: tfboot's summary, beside the program's own."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.written: str | None = None  # what tfboot last wrote there
+        self.theirs = ""  # the program's own message, kept before tfboot's summary
+
+    @staticmethod
+    def usable(path: str) -> bool:
+        """The file exists and can be written (the kubelet creates it; tfboot never does)."""
+        return os.path.isfile(path) and os.access(path, os.W_OK)
+
+    def write(self, record: dict[str, Any]) -> bool:
+        """Write the summary; False when the program's own message leaves no room."""
+        summary_text = termination_text(record)
+        try:
+            with open(self.path, encoding="utf-8", errors="replace") as current:
+                there = current.read(TERMINATION_BYTES + 1)
+        except OSError:
+            there = ""
+        theirs = self.theirs if there == self.written else there
+        text = (theirs.rstrip("\n") + "\n" + summary_text) if theirs else summary_text
+        if len(text.encode()) > TERMINATION_BYTES:
+            return False
+        # Written in place: the file is the kubelet's bind mount, which a rename cannot replace.
+        with open(self.path, "w", encoding="utf-8") as out:
+            out.write(text)
+        self.written, self.theirs = text, theirs
+        return True

@@ -1,0 +1,228 @@
+"""What to set next time, from one run's usage record or many (pure).
+
+Each run's need is its peak plus a margin; a run that hit its budget (an OOM kill, a
+``memory.high`` event, an allocator OOM, a peak at or near the limit, CPU throttling, or
+no final report: killed) needs more than it got, so its need grows from the budget, never
+shrinks. Over many runs the need is taken at a percentile (nearest rank). The margins come
+from the anchors platform engineers already use (docs/usage.md):
+
+- ``MARGIN`` 15%: the Vertical Pod Autoscaler's ``--recommendation-margin-fraction`` and
+  krr's memory buffer;
+- ``GROW`` x1.25 of the budget, at least ``GROW_MIB`` more: krr's rule for an OOM-killed
+  container (its peak is cut off at the limit, so it says nothing of the need), and VPA's
+  +100 MiB after an OOM;
+- ``MIN_MEMORY_MIB`` 250 MiB: VPA's floor; ``MIN_CPU`` 0.1 CPU;
+- ``CONTEXT_MIB`` 512 MiB: the CUDA context and libraries outside a framework's allocator,
+  when NVML did not measure them (the headroom ``MEMORY_LIMIT_MB=auto`` keeps);
+- CPU at the 95th percentile (krr's), memory at the maximum (VPA's and krr's: memory is not
+  compressible).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+MARGIN = 0.15
+GROW = 1.25
+GROW_MIB = 100
+NEAR = 0.95  # a peak at this share of its budget or more counts as hitting it
+THROTTLED = 0.05  # throttled in this share of CFS periods or more: the quota is too small
+MIN_MEMORY_MIB = 250
+MIN_CPU = 0.1
+CONTEXT_MIB = 512
+ROUND_MIB = 16  # memory suggestions are whole multiples of this
+CPU_PERCENTILE = 95
+MEMORY_PERCENTILE = 100
+
+
+def _up(value: float, step: int) -> int:
+    return int(math.ceil(value / step) * step)
+
+
+def _grown(peak: float, budget: float | None, hit: bool) -> tuple[float, bool]:
+    """The need for one figure: its peak plus the margin; from its budget when it hit it."""
+    need = peak * (1 + MARGIN)
+    if hit and budget:
+        return max(need, budget * GROW, budget + GROW_MIB), True
+    return need, False
+
+
+def run_needs(record: dict[str, Any], unfinished_killed: bool = True) -> dict[str, Any]:
+    """One run's needs: GPU MiB per physical GPU, host memory MiB, CPUs; with the reasons.
+    ``unfinished_killed``: a record with no final report is a run that was killed."""
+    why: list[str] = []
+    killed = unfinished_killed and not record.get("final", False)
+    gpu = _gpu_need(record.get("gpus") or [], why)
+    memory = record.get("host_memory") or {}
+    memory_need = None
+    if memory.get("peak_mib") is not None:
+        limit = memory.get("limit_mib")
+        events = [f"{memory.get(k)} {label}" for k, label in
+                  (("oom_kills", "OOM kills"), ("high_events", "memory.high events"))
+                  if memory.get(k)]  # fmt: skip
+        near = bool(limit) and memory["peak_mib"] >= NEAR * limit
+        hit = bool(events) or near or killed
+        memory_need, grew = _grown(memory["peak_mib"], limit, hit)
+        memory_need = max(memory_need, MIN_MEMORY_MIB)
+        if grew:
+            cause = ", ".join(events) or (
+                "no final report (killed)" if killed else "peak at the limit"
+            )
+            why.append(f"host memory grows from its limit {limit} MiB ({cause})")
+    cpu = record.get("cpu") or {}
+    cpu_need = None
+    if cpu.get("used_cpus") is not None:
+        throttled = cpu.get("throttled_fraction") or 0.0
+        cpu_need, grew = _grown(cpu["used_cpus"], cpu.get("quota"), throttled >= THROTTLED)
+        cpu_need = max(cpu_need, MIN_CPU)
+        if grew:
+            why.append(f"CPU grows from its quota {cpu.get('quota')} (throttled in "
+                       f"{throttled:.1%} of periods)")  # fmt: skip
+    return {"gpu_mib": gpu, "memory_mib": memory_need, "cpus": cpu_need, "why": why,
+            "context_mib": _context(record.get("gpus") or [])}  # fmt: skip
+
+
+def _gpu_need(gpus: list[dict[str, Any]], why: list[str]) -> float | None:
+    """The cap each physical GPU needs (``MEMORY_LIMIT_MB`` is per GPU): a GPU split into
+    logical devices needs as many times its largest logical need."""
+    by_gpu: dict[tuple[str, int], list[float]] = {}
+    for gpu in gpus:
+        if gpu.get("peak_mib") is None:
+            continue
+        cap = gpu.get("cap_mib")
+        hit = bool(gpu.get("ooms")) or (bool(cap) and gpu["peak_mib"] >= NEAR * cap)
+        need, grew = _grown(gpu["peak_mib"], cap, hit)
+        if grew:
+            why.append(
+                f"{gpu['framework']} GPU {gpu['index']} grows from its cap {cap} MiB "
+                f"(peak {gpu['peak_mib']} MiB, {gpu.get('ooms') or 0} allocator OOMs)"
+            )
+        by_gpu.setdefault((gpu["framework"], gpu["physical"]), []).append(need)
+    if not by_gpu:
+        return None
+    return max(len(needs) * max(needs) for needs in by_gpu.values())
+
+
+def _context(gpus: list[dict[str, Any]]) -> float | None:
+    """The largest CUDA context NVML measured beside an allocator, if any."""
+    measured = [g["context_mib"] for g in gpus if g.get("context_mib") is not None]
+    return max(measured) if measured else None
+
+
+def percentile(values: Sequence[float], rank: float) -> float:
+    """The nearest-rank percentile (``rank`` 1 to 100) of ``values``."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(rank / 100 * len(ordered)) - 1)]
+
+
+def suggest(
+    records: Sequence[dict[str, Any]],
+    cpu_percentile: float = CPU_PERCENTILE,
+    memory_percentile: float = MEMORY_PERCENTILE,
+    unfinished_killed: bool = True,
+) -> dict[str, Any]:
+    """The suggestion from ``records``: ``env``, Pod ``resources``, Slurm options, each
+    figure with its source, and why any figure grew (``unfinished_killed``: see
+    ``run_needs``; a running process's own snapshots are not)."""
+    needs = [run_needs(r, unfinished_killed) for r in records]
+    why = [w for n in needs for w in n["why"]]
+
+    def at(key: str, rank: float) -> float | None:
+        values = [n[key] for n in needs if n[key] is not None]
+        return percentile(values, rank) if values else None
+
+    gpu, memory, cpus = at("gpu_mib", memory_percentile), at("memory_mib", memory_percentile), \
+        at("cpus", cpu_percentile)  # fmt: skip
+    context = at("context_mib", 100)
+    runs = f"{len(records)} run{'s' if len(records) != 1 else ''}"
+    found: dict[str, Any] = {"env": {}, "resources": {}, "slurm": {}, "sources": {}, "why": why}
+    if gpu is not None:
+        cap = _up(gpu, ROUND_MIB)
+        found["env"]["MEMORY_LIMIT_MB"] = str(cap)
+        share = cap + _up(context if context is not None else CONTEXT_MIB, ROUND_MIB)
+        found["gpu_share_mib"] = share
+        found["sources"]["MEMORY_LIMIT_MB"] = (
+            f"allocator peak per GPU, p{memory_percentile:g} of {runs}, +{MARGIN:.0%}"
+        )
+        found["sources"]["gpu_share_mib"] = "MEMORY_LIMIT_MB + " + (
+            "the CUDA context NVML measured" if context is not None
+            else f"{CONTEXT_MIB} MiB for the CUDA context (not measured)"
+        )  # fmt: skip
+    if memory is not None:
+        value = f"{_up(memory, ROUND_MIB)}Mi"
+        found["resources"]["requests"] = {"memory": value}
+        found["resources"]["limits"] = {"memory": value}
+        found["slurm"]["--mem"] = f"{_up(memory, ROUND_MIB)}M"
+        found["sources"]["memory"] = (
+            f"container memory peak, p{memory_percentile:g} of {runs}, +{MARGIN:.0%}; "
+            "request = limit"
+        )
+    if cpus is not None:
+        request = math.ceil(cpus * 10) / 10
+        whole = max(1, math.ceil(request))
+        found["resources"].setdefault("requests", {})["cpu"] = f"{round(request * 1000)}m"
+        found["resources"].setdefault("limits", {})["cpu"] = str(whole)
+        found["slurm"]["--cpus-per-task"] = whole
+        found["sources"]["cpu"] = (
+            f"CPU time over wall time, p{cpu_percentile:g} of {runs}, +{MARGIN:.0%}; the "
+            "limit in whole CPUs (CPU_THREADS=auto sizes the pools from it)"
+        )
+    return found
+
+
+def env_lines(suggestion: dict[str, Any]) -> list[str]:
+    """The suggestion as ``KEY=value`` lines (a ``.env`` file, ``docker run -e``)."""
+    return [f"{k}={v}" for k, v in suggestion["env"].items()]
+
+
+def summary(suggestion: dict[str, Any]) -> str:
+    """The suggestion in one line: env, resources and Slurm options."""
+    parts = [*env_lines(suggestion)]
+    for kind in ("requests", "limits"):
+        for name, value in suggestion["resources"].get(kind, {}).items():
+            parts.append(f"{kind}.{name}={value}")
+    slurm = " ".join(f"{k}={v}" for k, v in suggestion["slurm"].items())
+    if slurm:
+        parts.append(f"Slurm {slurm}")
+    return ", ".join(parts) if parts else "nothing measured"
+
+
+# Where each kind keeps its Pod template's spec, and its apiVersion.
+KINDS = {
+    "Pod": ("v1", ("spec",)),
+    "Job": ("batch/v1", ("spec", "template", "spec")),
+    "CronJob": ("batch/v1", ("spec", "jobTemplate", "spec", "template", "spec")),
+    "Deployment": ("apps/v1", ("spec", "template", "spec")),
+    "StatefulSet": ("apps/v1", ("spec", "template", "spec")),
+    "DaemonSet": ("apps/v1", ("spec", "template", "spec")),
+    "ReplicaSet": ("apps/v1", ("spec", "template", "spec")),
+}
+
+
+def patch(suggestion: dict[str, Any], kind: str, name: str, container: str) -> str:
+    """A kustomize patch (strategic merge) setting the suggestion on ``container`` of the
+    workload ``kind``/``name``. Strings are written as JSON strings, which YAML reads alike."""
+    api, path = KINDS[kind]
+    q = json.dumps
+    lines = [f"apiVersion: {api}", f"kind: {kind}", "metadata:", f"  name: {q(name)}"]
+    depth = 0
+    for key in path:
+        lines.append("  " * depth + f"{key}:")
+        depth += 1
+    pad = "  " * depth
+    lines += [f"{pad}containers:", f"{pad}  - name: {q(container)}"]
+    if suggestion["env"]:
+        lines.append(f"{pad}    env:")
+        for key, value in suggestion["env"].items():
+            lines += [f"{pad}      - name: {key}", f"{pad}        value: {q(value)}"]
+    resources = suggestion["resources"]
+    if resources:
+        lines.append(f"{pad}    resources:")
+        for group in ("requests", "limits"):
+            if resources.get(group):
+                lines.append(f"{pad}      {group}:")
+                lines += [f"{pad}        {k}: {q(v)}" for k, v in resources[group].items()]
+    return "\n".join(lines) + "\n"
