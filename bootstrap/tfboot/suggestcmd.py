@@ -2,9 +2,10 @@
 
 Prints the suggestion as ``KEY=value`` lines and as a kustomize patch (strategic merge) for
 the workload's container; ``--env``, ``--patch`` or ``--json`` print one of them. Each
-figure is taken at a percentile over the runs: CPU at ``--cpu-percentile`` (95), memory and GPU memory at ``--memory-percentile``
-(100: the largest), with the margins ``tfboot.usage.suggest`` documents. Exit status 2 when
-a file cannot be read or is not a usage record.
+figure is taken at a percentile over the runs: CPU at ``--cpu-percentile`` (95), memory
+and GPU memory at ``--memory-percentile`` (100: the largest), with the margins
+``tfboot.usage.suggest`` documents. Exit status 2 when a file cannot be read or is not a
+usage record.
 """
 
 from __future__ import annotations
