@@ -42,11 +42,13 @@ def _up(value: float, step: int) -> int:
     return int(math.ceil(value / step) * step)
 
 
-def _grown(peak: float, budget: float | None, hit: bool) -> tuple[float, bool]:
-    """The need for one figure: its peak plus the margin; from its budget when it hit it."""
+def _grown(peak: float, budget: float | None, hit: bool, step: float = GROW_MIB
+           ) -> tuple[float, bool]:  # fmt: skip
+    """The need for one figure: its peak plus the margin; from its budget, at least ``step``
+    more, when it hit it."""
     need = peak * (1 + MARGIN)
     if hit and budget:
-        return max(need, budget * GROW, budget + GROW_MIB), True
+        return max(need, budget * GROW, budget + step), True
     return need, False
 
 
@@ -76,7 +78,7 @@ def run_needs(record: dict[str, Any], unfinished_killed: bool = True) -> dict[st
     cpu_need = None
     if cpu.get("used_cpus") is not None:
         throttled = cpu.get("throttled_fraction") or 0.0
-        cpu_need, grew = _grown(cpu["used_cpus"], cpu.get("quota"), throttled >= THROTTLED)
+        cpu_need, grew = _grown(cpu["used_cpus"], cpu.get("quota"), throttled >= THROTTLED, 0)
         cpu_need = max(cpu_need, MIN_CPU)
         if grew:
             why.append(f"CPU grows from its quota {cpu.get('quota')} (throttled in "

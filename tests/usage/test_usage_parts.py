@@ -1,0 +1,251 @@
+"""The usage report's parts without a framework: cgroup counters from fake trees (see
+tests/testdata/cgroup/README.md), the suggestion's rules, the sinks and ``tfboot suggest``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import REPO
+from tfboot.node import counters
+from tfboot.usage import sinks
+from tfboot.usage.measure import SCHEMA
+from tfboot.usage.suggest import percentile, run_needs, suggest, summary
+
+CGROUPS = REPO / "tests" / "testdata" / "cgroup"
+
+
+def root(case: str) -> dict[str, str]:
+    return {"TFBOOT_CGROUP_ROOT": str(CGROUPS / case)}
+
+
+def test_v2_counters_name_their_files() -> None:
+    memory = counters.memory(root("usage-v2"))
+    assert memory.peak == 300 << 20 and memory.peak_source == "/sys/fs/cgroup/memory.peak"
+    assert memory.current == 200 << 20
+    assert memory.events == {"high": 3, "max": 5, "oom": 1, "oom_kill": 1}
+    cpu = counters.cpu(root("usage-v2"))
+    assert cpu.seconds == 10.0 and cpu.source == "/sys/fs/cgroup/cpu.stat usage_usec"
+    assert (cpu.periods, cpu.throttled) == (100, 10)
+
+
+def test_v2_without_memory_peak_gives_the_current_figure_to_sample() -> None:
+    memory = counters.memory(root("usage-v2-no-peak"))
+    assert memory.peak is None and memory.current == 200 << 20
+
+
+def test_v1_counters() -> None:
+    memory = counters.memory(root("usage-v1"))
+    assert memory.peak == 500 << 20
+    assert memory.peak_source == "/sys/fs/cgroup/memory/memory.max_usage_in_bytes"
+    assert memory.events == {"oom_kill": 2, "max": 7}
+    cpu = counters.cpu(root("usage-v1"))
+    assert cpu.seconds == 5.0 and cpu.source == "/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage"
+    assert (cpu.periods, cpu.throttled) == (40, 4)
+
+
+def test_no_cgroup_falls_back_to_the_process_tree() -> None:
+    memory = counters.memory(root("no-cgroup"))
+    assert memory.peak and memory.peak > 1 << 20 and "ru_maxrss" in memory.peak_source
+    cpu = counters.cpu(root("no-cgroup"))
+    assert cpu.periods is None and "os.times" in cpu.source
+
+
+def test_a_garbage_counter_file_is_left_out_not_raised(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(CGROUPS / "usage-v2", tree)
+    (tree / "sys/fs/cgroup/memory.peak").write_bytes(b"\xff secret-looking text\n")
+    (tree / "sys/fs/cgroup/cpu.stat").write_text("usage_usec nope\nnr_periods 9\n")
+    memory = counters.memory({"TFBOOT_CGROUP_ROOT": str(tree)})
+    assert memory.peak is None and memory.current == 200 << 20
+    cpu = counters.cpu({"TFBOOT_CGROUP_ROOT": str(tree)})
+    assert "os.times" in cpu.source and cpu.periods is None
+
+
+def record(
+    peak: float = 1000.0,
+    limit: int | None = 2048,
+    used: float = 1.0,
+    quota: float | None = 2.0,
+    throttled: float | None = 0.0,
+    gpus: list[dict[str, Any]] | None = None,
+    final: bool = True,
+    **memory: Any,
+) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "final": final,
+        "gpus": gpus or [],
+        "host_memory": {"peak_mib": peak, "limit_mib": limit, "oom_kills": 0, "high_events": 0}
+        | memory,
+        "cpu": {"used_cpus": used, "quota": quota, "throttled_fraction": throttled},
+    }
+
+
+def gpu(peak: float, cap: int | None, index: int = 0, physical: int = 0, **extra: Any) -> dict:
+    return {"index": index, "physical": physical, "framework": "TensorFlow", "peak_mib": peak,
+            "cap_mib": cap} | extra  # fmt: skip
+
+
+def test_a_run_well_inside_its_budget_is_told_to_shrink_with_the_margin() -> None:
+    found = suggest([record(peak=1000, used=1.0, gpus=[gpu(3000, 8192)])])
+    assert found["env"] == {"MEMORY_LIMIT_MB": "3456"}  # 3000 x 1.15 = 3450, up to 16 MiB
+    assert found["gpu_share_mib"] == 3456 + 512
+    assert found["resources"] == {
+        "requests": {"memory": "1152Mi", "cpu": "1200m"},
+        "limits": {"memory": "1152Mi", "cpu": "2"},
+    }
+    assert found["slurm"] == {"--mem": "1152M", "--cpus-per-task": 2}
+    assert found["why"] == []
+
+
+def test_an_oom_kill_grows_from_the_limit_never_shrinks() -> None:
+    found = suggest([record(peak=900, limit=1024, oom_kills=1)])
+    assert found["resources"]["limits"]["memory"] == "1280Mi"  # 1024 x 1.25
+    assert "1 OOM kills" in found["why"][0]
+
+
+def test_memory_high_events_and_a_peak_at_the_limit_grow_too() -> None:
+    assert run_needs(record(peak=500, limit=1024, high_events=4))["memory_mib"] == 1280
+    assert run_needs(record(peak=1000, limit=1024))["memory_mib"] == 1280
+    assert run_needs(record(peak=500, limit=1024))["memory_mib"] == 575
+
+
+def test_a_small_limit_grows_by_at_least_100_mib() -> None:
+    assert run_needs(record(peak=300, limit=300, oom_kills=1))["memory_mib"] == 400
+
+
+def test_a_run_with_no_final_report_was_killed_and_grows() -> None:
+    assert run_needs(record(peak=500, limit=1024, final=False))["memory_mib"] == 1280
+    assert run_needs(record(peak=500, limit=1024, final=False), False)["memory_mib"] == 575
+
+
+def test_throttling_grows_the_cpu_from_the_quota() -> None:
+    found = suggest([record(used=1.9, quota=2.0, throttled=0.3)])
+    assert found["resources"]["requests"]["cpu"] == "2500m"
+    assert found["resources"]["limits"]["cpu"] == "3"
+    assert "throttled in 30.0% of periods" in found["why"][0]
+    calm = suggest([record(used=0.3, quota=4.0, throttled=0.01)])
+    assert (
+        calm["resources"]["requests"]["cpu"] == "400m" and calm["resources"]["limits"]["cpu"] == "1"
+    )
+
+
+def test_gpu_at_its_cap_or_with_allocator_ooms_grows() -> None:
+    assert run_needs(record(gpus=[gpu(4000, 4096)]))["gpu_mib"] == 5120
+    assert run_needs(record(gpus=[gpu(100, 4096, ooms=2)]))["gpu_mib"] == 5120
+
+
+def test_a_split_gpu_needs_as_many_times_its_largest_logical_need() -> None:
+    gpus = [gpu(1000, 2048, 0, 0), gpu(1500, 2048, 1, 0), gpu(500, 4096, 2, 1)]
+    assert run_needs(record(gpus=gpus))["gpu_mib"] == 2 * 1500 * 1.15
+
+
+def test_many_runs_at_their_percentiles() -> None:
+    runs = [record(peak=p, limit=None, used=u) for p, u in zip(range(100, 2100, 100),
+                                                               [0.1 * i for i in range(1, 21)])]  # fmt: skip
+    found = suggest(runs)
+    assert found["resources"]["limits"]["memory"] == "2304Mi"  # max 2000 x 1.15 = 2300
+    assert found["resources"]["requests"]["cpu"] == "2200m"  # p95 of 0.1..2.0 is 1.9; x1.15
+    assert percentile([3, 1, 2], 50) == 2 and percentile([5], 95) == 5
+
+
+def test_measured_context_replaces_the_default_headroom() -> None:
+    found = suggest([record(gpus=[gpu(1000, 2048, process_mib=1700.0, context_mib=700.0)])])
+    assert found["gpu_share_mib"] == 1152 + 704
+
+
+def test_the_used_line_names_each_budget_and_source() -> None:
+    entry = record(gpus=[gpu(1234.5, 4096, source="tf.config.experimental.get_memory_info")])
+    entry["host_memory"] |= {"source": "/sys/fs/cgroup/memory.peak"}
+    entry["cpu"] |= {"wall_seconds": 12.0, "source": "cpu.stat usage_usec", "threads": 2}
+    entry["suggest"] = suggest([entry])
+    text = sinks.used_line(entry)
+    assert text.startswith("used: GPU:0 TensorFlow peak 1234.5 MiB of 4096 MiB cap")
+    assert (
+        "host memory peak 1000.0 MiB of 2048 MiB (/sys/fs/cgroup/memory.peak), 0 OOM kills" in text
+    )
+    assert "CPU 1.00 CPUs of a 2-CPU quota over 12 s" in text and "2 threads" in text
+    assert "next time: MEMORY_LIMIT_MB=1424" in text and summary(entry["suggest"]) in text
+
+
+def test_json_is_written_atomically(tmp_path: Path) -> None:
+    path = tmp_path / "usage.json"
+    sinks.write_json(str(path), {"a": 1})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["usage.json"]  # no temporary left
+
+
+def test_the_termination_log_keeps_the_program_s_own_message(tmp_path: Path) -> None:
+    path = tmp_path / "termination-log"
+    path.write_text("")
+    entry = record() | {"gpus": []}
+    entry["host_memory"] |= {"source": "memory.peak"}
+    entry["cpu"] |= {"wall_seconds": 1.0, "source": "cpu.stat"}
+    log = sinks.TerminationLog(str(path))
+    assert log.write(entry) and path.read_text().startswith("tfboot used: ")
+    assert log.write(entry) and path.read_text().count("tfboot used:") == 1  # replaced, not added
+    path.write_text("checkpoint failed: disk full\n")  # the program's own message
+    assert log.write(entry)
+    assert path.read_text().startswith("checkpoint failed: disk full\ntfboot used: ")
+    assert log.write(entry) and path.read_text().count("checkpoint failed") == 1
+    path.write_text("x" * 4000)  # no room for both: the program's message wins
+    assert not log.write(entry) and path.read_text() == "x" * 4000
+    assert (
+        len(sinks.termination_text(entry | {"gpus": [gpu(1, 2, source="x")] * 200}).encode())
+        <= 4096
+    )
+
+
+def suggest_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tfboot", "suggest", *args],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def test_suggest_reads_many_files(tmp_path: Path) -> None:
+    paths = []
+    for i, peak in enumerate((800, 1600, 1200)):
+        path = tmp_path / f"pod-{i}.json"
+        path.write_text(json.dumps(record(peak=peak, limit=4096, gpus=[gpu(2000, 4096)])))
+        paths.append(str(path))
+    run = suggest_cli("--env", *paths)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "MEMORY_LIMIT_MB=2304\n"
+    found = json.loads(suggest_cli("--json", *paths).stdout)
+    assert found["runs"] == 3 and found["suggest"]["resources"]["limits"]["memory"] == "1840Mi"
+    text = suggest_cli(*paths).stdout
+    assert "# memory: container memory peak, p100 of 3 runs, +15%" in text
+    assert "kind: Job" in text and "MEMORY_LIMIT_MB=2304" in text
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (b"TOKEN=hunter2\n", "not JSON"),
+        (b'{"schema": "other"}', "not a tfboot usage record"),
+        (json.dumps({"schema": SCHEMA, "gpus": {}, "cpu": {}, "host_memory": {}}).encode(),
+         "its 'gpus' is missing or malformed"),
+    ],
+)  # fmt: skip
+def test_suggest_refuses_what_is_not_a_record_without_quoting_it(
+    tmp_path: Path, content: bytes, reason: str
+) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    run = suggest_cli(str(path))
+    assert run.returncode == 2 and reason in run.stderr and "hunter2" not in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_suggest_refuses_a_directory_and_a_bad_percentile(tmp_path: Path) -> None:
+    run = suggest_cli(str(tmp_path))
+    assert run.returncode == 2 and "cannot be read" in run.stderr
+    run = suggest_cli("--cpu-percentile", "0", str(tmp_path))
+    assert run.returncode == 2 and "expected a percentile from 1 to 100" in run.stderr
+    assert os.path.isdir(tmp_path)
