@@ -148,8 +148,7 @@ def test_a_split_gpu_needs_as_many_times_its_largest_logical_need() -> None:
 
 
 def test_many_runs_at_their_percentiles() -> None:
-    runs = [record(peak=p, limit=None, used=u) for p, u in zip(range(100, 2100, 100),
-                                                               [0.1 * i for i in range(1, 21)])]  # fmt: skip
+    runs = [record(peak=100 * i, limit=None, used=0.1 * i) for i in range(1, 21)]
     found = suggest(runs)
     assert found["resources"]["limits"]["memory"] == "2304Mi"  # max 2000 x 1.15 = 2300
     assert found["resources"]["requests"]["cpu"] == "2200m"  # p95 of 0.1..2.0 is 1.9; x1.15
