@@ -25,6 +25,18 @@ if [ "${#slurm[@]}" -gt 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
         --no-install-recommends "${slurm[@]}"
 fi
+# A real Prometheus, Pushgateway and node-exporter for tests/usage/test_prometheus.py (started
+# on loopback by the tests themselves).
+prometheus=()
+for tool in prometheus:prometheus prometheus-pushgateway:prometheus-pushgateway \
+    prometheus-node-exporter:prometheus-node-exporter; do
+    command -v "${tool%%:*}" >/dev/null 2>&1 || prometheus+=("${tool#*:}")
+done
+if [ "${#prometheus[@]}" -gt 0 ]; then
+    say "installing ${prometheus[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends "${prometheus[@]}"
+fi
 bash scripts/ensure-docker.sh
 
 venv() {  # venv DIR REQUIREMENTS
