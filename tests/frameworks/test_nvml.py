@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from support import unavailable
-from tfboot.node.nvml import LIBRARY_ENV, read_inventory
+from tfboot.node.nvml import LIBRARY_ENV, process_memory, read_inventory
 
 SOURCE = Path(__file__).parent / "fake_nvml" / "nvml.c"
 
@@ -45,3 +45,14 @@ def test_a_driver_that_fails_to_start_is_a_problem_not_a_crash(
 def test_no_library_means_no_gpu(tmp_path: Path) -> None:
     found = read_inventory({LIBRARY_ENV: str(tmp_path / "absent.so")})
     assert found.count == 0 and found.problem == ""
+
+
+def test_a_process_s_own_total_by_nvml_index(library: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_NVML_MIB", "81559:500,40960:0")
+    monkeypatch.setenv("FAKE_NVML_PROCS", "0:4242:1500,1:4242:700,1:99:300,0:77:100")
+    assert process_memory(4242, {LIBRARY_ENV: library}) == {0: 1500 << 20, 1: 700 << 20}
+    assert process_memory(5, {LIBRARY_ENV: library}) == {}  # not listed: nothing claimed
+
+
+def test_no_nvml_means_no_process_total(tmp_path: Path) -> None:
+    assert process_memory(1, {LIBRARY_ENV: str(tmp_path / "absent.so")}) == {}

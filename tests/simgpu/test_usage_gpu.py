@@ -4,6 +4,7 @@ each logical GPU's allocator peak (``get_memory_info``) against the cap tfboot g
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -59,3 +60,27 @@ def test_a_process_that_never_starts_the_runtime_is_not_started_at_exit(
     run.check()
     assert json.loads(usage.read_text())["gpus"] == []
     assert run.device(0)["sizes"] == []  # nothing was allocated on the device
+
+
+def test_nvml_s_process_total_names_the_context(
+    stable_gpu: SimGpu, tmp_path: Path, fake_nvml: str
+) -> None:
+    """NVML (the stand-in library, a fake: no driver here) lists this process with 1500 MiB
+    on GPU 0: what the allocator did not hold is the CUDA context and libraries."""
+    usage = tmp_path / "usage.json"
+    env = {"MEMORY_GROWTH": "true", "TFBOOT_USAGE_FILE": str(usage),
+           "TFBOOT_NVML_LIBRARY": fake_nvml, "FAKE_NVML_MIB": "16384:0",
+           "FAKE_NVML_PROCS": "0:0:1500"}  # fmt: skip
+    run = stable_gpu.run(PLACE, env).check()
+    [gpu] = json.loads(usage.read_text())["gpus"]
+    assert gpu["process_mib"] == 1500.0
+    assert gpu["context_mib"] == round(1500.0 - gpu["peak_mib"], 1)
+    assert "incl. CUDA context and libraries" in run.stderr
+
+
+@pytest.fixture(scope="module")
+def fake_nvml(tmp_path_factory: pytest.TempPathFactory) -> str:
+    source = Path(__file__).resolve().parents[1] / "frameworks" / "fake_nvml" / "nvml.c"
+    built = tmp_path_factory.mktemp("nvml") / "libnvidia-ml-fake.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(built), str(source)], check=True)
+    return str(built)
