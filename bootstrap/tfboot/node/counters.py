@@ -18,10 +18,8 @@ Counters only: a run's figures are the difference between two readings. Read thr
 from __future__ import annotations
 
 import os
-import resource
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from ..values import digits
 from .cgroup import CgroupError, leaf, read_text, shown
@@ -31,28 +29,34 @@ from .cpu import CGROUP_ROOT
 EVENTS = ("high", "max", "oom", "oom_kill")
 
 
-@dataclass(frozen=True)
+# Plain classes, not dataclasses: this module loads with the report, whose import must stay
+# far under a millisecond (bench/usage_cost.py), and each dataclass costs a tenth of one.
 class Memory:
-    """The container's memory so far: the peak and the current use, in bytes, and events."""
+    """The container's memory so far: the peak and the current use, in bytes, and events
+    (name -> count since the cgroup began)."""
 
-    peak: int | None = None
-    peak_source: str = ""
-    current: int | None = None
-    current_source: str = ""
-    events: dict[str, int] = field(default_factory=dict)  # name -> count since the cgroup began
-    events_source: str = ""
+    __slots__ = ("current", "current_source", "events", "events_source", "peak", "peak_source")
+
+    def __init__(self, peak: int | None = None, peak_source: str = "",
+                 current: int | None = None, current_source: str = "",
+                 events: dict[str, int] | None = None, events_source: str = "",
+                 ) -> None:  # fmt: skip
+        self.peak, self.peak_source = peak, peak_source
+        self.current, self.current_source = current, current_source
+        self.events, self.events_source = events or {}, events_source
 
 
-@dataclass(frozen=True)
 class Cpu:
-    """CPU counters: seconds of CPU used, and CFS periods (all, throttled) when limited."""
+    """CPU counters: seconds of CPU used, and CFS periods (all, throttled) when limited;
+    ``wall``: when they were read (``time.monotonic``)."""
 
-    seconds: float
-    source: str
-    periods: int | None = None
-    throttled: int | None = None
-    periods_source: str = ""
-    wall: float = field(default_factory=time.monotonic)
+    __slots__ = ("periods", "periods_source", "seconds", "source", "throttled", "wall")
+
+    def __init__(self, seconds: float, source: str, periods: int | None = None,
+                 throttled: int | None = None, periods_source: str = "") -> None:  # fmt: skip
+        self.seconds, self.source = seconds, source
+        self.periods, self.throttled, self.periods_source = periods, throttled, periods_source
+        self.wall = time.monotonic()
 
 
 def _root(env: Mapping[str, str] | None) -> str:
@@ -86,6 +90,8 @@ def _number(root: str, path: str) -> int | None:
 
 def _rss_peak() -> tuple[int, str]:
     """The largest resident set of this process or of a child it waited for (KiB on Linux)."""
+    import resource  # only where no cgroup counts memory
+
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return max(own, children) * 1024, "getrusage ru_maxrss (this process or one child)"

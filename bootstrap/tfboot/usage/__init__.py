@@ -21,11 +21,10 @@ import atexit
 import importlib.util
 import os
 import signal
-import socket
 import sys
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..budget import make_budget
 from ..budget.roles import ALONG
@@ -44,9 +43,10 @@ from ..settings import (
     USAGE_INTERVAL,
     read_control,
 )
-from . import sinks
 from .measure import Framework, Meter
-from .suggest import suggest
+
+if TYPE_CHECKING:
+    from .sinks import TerminationLog
 
 # The process whose report owns the file sinks; a child process that inherits it (a
 # DataLoader worker, a launcher's child) writes none of them unless their paths hold {pid}.
@@ -66,8 +66,11 @@ class Report:
         self.interval = _control(env, USAGE_INTERVAL, 30)
         self.file = _expand(_control(env, USAGE_FILE, None), owner)
         termination = _expand(_control(env, TERMINATION_LOG, None), owner)
-        usable = termination is not None and sinks.TerminationLog.usable(termination)
-        self.termination = sinks.TerminationLog(termination) if usable and termination else None
+        self.termination: TerminationLog | None = None
+        if termination is not None and _writable(termination):
+            from .sinks import TerminationLog
+
+            self.termination = TerminationLog(termination)
         self.textfile = _control(env, TEXTFILE_DIR, None) if owner else None
         self.pushgateway = _control(env, PUSHGATEWAY, None) if owner else None
         self.failed: set[str] = set()
@@ -89,12 +92,16 @@ class Report:
         )
 
     def record(self, reason: str, final: bool) -> dict[str, Any]:
+        from .suggest import suggest  # loaded at the first record, not at the import
+
         record = self.meter.record(self.frameworks, reason, final)
         record["suggest"] = suggest([record], unfinished_killed=False)
         return record
 
     def publish(self, record: dict[str, Any]) -> None:
         """The record to every sink; a sink that fails is named once and skipped after."""
+        from . import sinks
+
         for name, write in (
             (USAGE_FILE, lambda: self.file and sinks.write_json(self.file, record)),
             (TERMINATION_LOG, lambda: self.termination and self.termination.write(record)),
@@ -129,8 +136,16 @@ class Report:
             self.stop.set()
             record = self.record(self.exception or reason, final=True)
             if self.level != "quiet":
-                emit("info", sinks.used_line(record))
+                from .sinks import used_line
+
+                emit("info", used_line(record))
             self.publish(record)
+
+
+def _writable(path: str) -> bool:
+    """A termination log is used where it exists and can be written (the kubelet creates
+    it; tfboot never does)."""
+    return os.path.isfile(path) and os.access(path, os.W_OK)
 
 
 def _metrics() -> Any:
@@ -164,7 +179,7 @@ def _expand(path: str | None, owner: bool) -> str | None:
         return None
     if "{pid}" not in path and not owner:
         return None
-    return path.replace("{pid}", str(os.getpid())).replace("{host}", socket.gethostname())
+    return path.replace("{pid}", str(os.getpid())).replace("{host}", os.uname().nodename)
 
 
 def _owner(env: Mapping[str, str]) -> bool:
@@ -205,7 +220,7 @@ def _start(result: Any, env: Mapping[str, str]) -> Report | None:
     threads = budget.threads(result.framework).count
     termination = _control(env, TERMINATION_LOG, None)
     wanted = any(_control(env, n, None) for n in (USAGE_FILE, TEXTFILE_DIR, PUSHGATEWAY)) or (
-        termination is not None and sinks.TerminationLog.usable(termination)
+        termination is not None and _writable(termination)
     )
     meter = Meter(budget, threads, env, _control(env, METRICS_JOB, "tfboot"))
     report = Report(meter, env, _owner(env) if wanted else True)

@@ -97,11 +97,6 @@ class TerminationLog:
         self.written: str | None = None  # what tfboot last wrote there
         self.theirs = ""  # the program's own message, kept before tfboot's summary
 
-    @staticmethod
-    def usable(path: str) -> bool:
-        """The file exists and can be written (the kubelet creates it; tfboot never does)."""
-        return os.path.isfile(path) and os.access(path, os.W_OK)
-
     def write(self, record: dict[str, Any]) -> bool:
         """Write the summary; False when the program's own message leaves no room."""
         summary_text = termination_text(record)
