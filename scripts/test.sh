@@ -8,35 +8,27 @@ python="${PYTHON:-python3}"
 
 say() { printf 'test.sh: %s\n' "$*" >&2; }
 
-missing=()
-command -v gcc >/dev/null 2>&1 || missing+=(gcc)
-command -v git >/dev/null 2>&1 || missing+=(git)
-if [ "${#missing[@]}" -gt 0 ]; then
-    say "installing ${missing[*]}"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
-fi
+# install_missing [--with-recommends] COMMAND:PACKAGE ...: the packages of missing commands
+install_missing() {
+    local missing=() tool recommends=--no-install-recommends
+    if [ "$1" = --with-recommends ]; then recommends=; shift; fi
+    for tool in "$@"; do
+        command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool#*:}")
+    done
+    if [ "${#missing[@]}" -gt 0 ]; then
+        say "installing ${missing[*]}"
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            $recommends "${missing[@]}"
+    fi
+}
+install_missing --with-recommends gcc:gcc git:git  # gcc recommends libc6-dev: headers
 # A real Slurm for tests/slurm/ (started and stopped by the tests themselves).
-slurm=()
-for tool in slurmctld:slurmctld slurmd:slurmd srun:slurm-client munged:munge ip:iproute2 nsenter:util-linux; do
-    command -v "${tool%%:*}" >/dev/null 2>&1 || slurm+=("${tool#*:}")
-done
-if [ "${#slurm[@]}" -gt 0 ]; then
-    say "installing ${slurm[*]}"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        --no-install-recommends "${slurm[@]}"
-fi
+install_missing slurmctld:slurmctld slurmd:slurmd srun:slurm-client munged:munge ip:iproute2 \
+    nsenter:util-linux
 # A real Prometheus, Pushgateway and node-exporter for tests/usage/test_prometheus.py (started
 # on loopback by the tests themselves).
-prometheus=()
-for tool in prometheus:prometheus prometheus-pushgateway:prometheus-pushgateway \
-    prometheus-node-exporter:prometheus-node-exporter; do
-    command -v "${tool%%:*}" >/dev/null 2>&1 || prometheus+=("${tool#*:}")
-done
-if [ "${#prometheus[@]}" -gt 0 ]; then
-    say "installing ${prometheus[*]}"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-        --no-install-recommends "${prometheus[@]}"
-fi
+install_missing prometheus:prometheus prometheus-pushgateway:prometheus-pushgateway \
+    prometheus-node-exporter:prometheus-node-exporter
 bash scripts/ensure-docker.sh
 
 venv() {  # venv DIR REQUIREMENTS
