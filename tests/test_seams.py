@@ -128,7 +128,7 @@ def test_a_child_with_its_own_split_gets_its_own_jax_devices() -> None:
         "env = {**os.environ, 'VIRTUAL_SPLIT': '4'}\n"
         "out = subprocess.run([sys.executable, '-c', child], env=env, capture_output=True,\n"
         "                     text=True)\n"
-        "print(out.returncode, out.stdout.strip(), out.stderr[-500:])\n"
+        "print(out.returncode, out.stdout.strip(), repr(out.stderr[-500:]))\n"
     )
     result = run_python(code, {"VIRTUAL_SPLIT": "2"})
     assert result.returncode == 0, result.stderr[-2000:]

@@ -43,7 +43,8 @@ def test_visible_gpu_index_picks_that_physical_device(stable_gpu: SimGpu) -> Non
     assert run.output["visible"] == ["/physical_device:GPU:1"]
     assert run.device(0)["allocations"] == 0
     assert run.device(1)["allocations"] >= 1
-    assert len(run.tfboot_lines()) == 1, run.stderr  # the info line only
+    lines = run.tfboot_lines()  # the info line, then the usage line: no warning
+    assert len(lines) == 2 and lines[1].startswith("tfboot: used: GPU:0 TensorFlow"), run.stderr
 
 
 def test_visible_gpu_index_out_of_range_fails_import(stable_gpu: SimGpu) -> None:

@@ -88,15 +88,15 @@ def test_sigterm_reports_then_ends_the_process_by_the_signal(tmp_path: Path) -> 
 
 def test_the_program_s_own_sigterm_handler_still_decides(tmp_path: Path) -> None:
     usage = tmp_path / "usage.json"
-    code = WAIT.replace("import time\n", textwrap.dedent("""
-        import signal, sys, time
+    handler = textwrap.dedent("""
+        import signal, sys
         def stop(signum, frame):
             print("checkpoint written", flush=True)
             sys.exit(0)
         signal.signal(signal.SIGTERM, stop)
-    """))  # fmt: skip
-    process = start(code.replace("import tensorflow as tf", "import tensorflow as tf"),
-                    APPLIED | {"TFBOOT_USAGE_FILE": str(usage)})  # fmt: skip
+    """)  # installed after tfboot's, before the work is reported done
+    code = WAIT.replace("x = tf.ones", handler + "x = tf.ones")
+    process = start(code, APPLIED | {"TFBOOT_USAGE_FILE": str(usage)})
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=30)
     assert process.returncode == 0 and "checkpoint written" in out

@@ -11,7 +11,7 @@ from the anchors platform engineers already use (docs/usage.md):
 - ``GROW`` x1.25 of the budget, at least ``GROW_MIB`` more: krr's rule for an OOM-killed
   container (its peak is cut off at the limit, so it says nothing of the need), and VPA's
   +100 MiB after an OOM;
-- ``MIN_MEMORY_MIB`` 250 MiB: VPA's floor; ``MIN_CPU`` 0.1 CPU;
+- ``MIN_MEMORY_MIB`` 250 MiB: VPA's floor, for host and GPU memory; ``MIN_CPU`` 0.1 CPU;
 - ``CONTEXT_MIB`` 512 MiB: the CUDA context and libraries outside a framework's allocator,
   when NVML did not measure them (the headroom ``MEMORY_LIMIT_MB=auto`` keeps);
 - CPU at the 95th percentile (krr's), memory at the maximum (VPA's and krr's: memory is not
@@ -142,7 +142,7 @@ def suggest(
     runs = f"{len(records)} run{'s' if len(records) != 1 else ''}"
     found: dict[str, Any] = {"env": {}, "resources": {}, "slurm": {}, "sources": {}, "why": why}
     if gpu is not None:
-        cap = _up(gpu, ROUND_MIB)
+        cap = _up(max(gpu, MIN_MEMORY_MIB), ROUND_MIB)
         found["env"]["MEMORY_LIMIT_MB"] = str(cap)
         share = cap + _up(context if context is not None else CONTEXT_MIB, ROUND_MIB)
         found["gpu_share_mib"] = share
