@@ -9,7 +9,8 @@ training loop, side by side in one run.
 2. One snapshot: the framework's peaks, the cgroup counters, the suggestion and the JSON
    file, timed in-process (median of many); its share of an interval is the thread's cost.
 3. Side by side: blocks of training steps (a small dense layer's forward and backward
-   pass in a ``tf.function``) alternate with and without a thread taking a snapshot every
+   pass in a ``tf.function``) alternate, in a shuffled order each round, without, with,
+   and again without (the noise floor) a thread taking a snapshot every
    second (30 times more often than the default ``TFBOOT_USAGE_INTERVAL``); the ratio of
    the medians, and the snapshot's share of a step computed from (2).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -105,12 +107,15 @@ def in_process(blocks: int, seconds: float) -> dict[str, float]:
             thread.join()
         return elapsed / count
 
-    on, off = [], []
+    on, off, again = [], [], []  # again: a second side without the thread, the noise floor
+    order = random.Random(0)
     for _ in range(blocks):
-        off.append(block(False))
-        on.append(block(True))
+        sides = [(off, False), (on, True), (again, False)]
+        order.shuffle(sides)  # no side always first or last
+        for found, with_thread in sides:
+            found.append(block(with_thread))
     return {"snapshot": statistics.median(costs), "step_on": statistics.median(on),
-            "step_off": statistics.median(off)}  # fmt: skip
+            "step_off": statistics.median(off), "step_again": statistics.median(again)}  # fmt: skip
 
 
 def main() -> None:
@@ -129,6 +134,7 @@ def main() -> None:
         "step_ms_without_thread": found["step_off"] * 1e3,
         "step_ms_with_thread_1s": found["step_on"] * 1e3,
         "ratio_with_over_without": found["step_on"] / found["step_off"],
+        "ratio_without_over_without": found["step_again"] / found["step_off"],
         "thread_share_at_1s": found["snapshot"] / 1.0,
         "thread_share_at_default_30s": found["snapshot"] / 30.0,
     }
@@ -142,7 +148,8 @@ def main() -> None:
     print(f"one snapshot (peaks, counters, suggestion, JSON file): {rows['snapshot_ms']:.3f} ms")
     print(f"training step: {rows['step_ms_without_thread']:.3f} ms without the thread, "
           f"{rows['step_ms_with_thread_1s']:.3f} ms with a snapshot every 1 s: "
-          f"{rows['ratio_with_over_without']:.4f}x")  # fmt: skip
+          f"{rows['ratio_with_over_without']:.4f}x (two sides without it: "
+          f"{rows['ratio_without_over_without']:.4f}x, the noise floor)")  # fmt: skip
     print(f"the thread's share of each step: {rows['thread_share_at_1s']:.4%} at 1 s, "
           f"{rows['thread_share_at_default_30s']:.5%} at the default 30 s")  # fmt: skip
 
