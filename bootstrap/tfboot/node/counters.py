@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 from ..values import digits
 from .cgroup import CgroupError, leaf, read_text, shown
-from .cpu import CGROUP_ROOT
+from .cpu import cgroup_root
 
 # memory.events' counters that a run's report names (cgroup v2).
 EVENTS = ("high", "max", "oom", "oom_kill")
@@ -57,11 +57,6 @@ class Cpu:
         self.seconds, self.source = seconds, source
         self.periods, self.throttled, self.periods_source = periods, throttled, periods_source
         self.wall = time.monotonic()
-
-
-def _root(env: Mapping[str, str] | None) -> str:
-    env = os.environ if env is None else env
-    return env.get(CGROUP_ROOT) or "/"
 
 
 def _read(root: str, path: str) -> dict[str, int] | None:
@@ -99,7 +94,7 @@ def _rss_peak() -> tuple[int, str]:
 
 def memory(env: Mapping[str, str] | None = None) -> Memory:
     """The container's memory counters; the process tree's max RSS without a memory cgroup."""
-    root = _root(env)
+    root = cgroup_root(env)
     found = leaf(root, "memory")
     if found is None:
         peak, source = _rss_peak()
@@ -136,7 +131,7 @@ def memory(env: Mapping[str, str] | None = None) -> Memory:
 
 def cpu(env: Mapping[str, str] | None = None) -> Cpu:
     """The container's CPU counters; this process's and its children's CPU time without."""
-    root = _root(env)
+    root = cgroup_root(env)
     found = leaf(root, "cpu")
     stat_path, stat = "", None
     usage: tuple[float, str] | None = None

@@ -13,6 +13,12 @@ from .cgroup import CgroupError, cpu_quota
 CGROUP_ROOT = "TFBOOT_CGROUP_ROOT"
 
 
+def cgroup_root(env: Mapping[str, str] | None = None) -> str:
+    """The directory cgroup and proc files are read below: ``/`` unless ``CGROUP_ROOT``."""
+    env = os.environ if env is None else env
+    return env.get(CGROUP_ROOT) or "/"
+
+
 @dataclass(frozen=True)
 class CpuBudget:
     """What the container may use: schedulable CPUs and the quota, if any."""
@@ -40,8 +46,7 @@ def schedulable_cpus() -> int:
 
 def cpu_budget(env: Mapping[str, str] | None = None) -> CpuBudget:
     """Read the quota; a malformed cgroup file is reported, not raised."""
-    env = os.environ if env is None else env
-    root = env.get(CGROUP_ROOT) or "/"
+    root = cgroup_root(env)
     affinity = schedulable_cpus()
     try:
         quota = cpu_quota(root)

@@ -10,12 +10,11 @@ container's limit instead (see ``plan``): ``RAM_SHARE`` of it for tf.data's buff
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .cgroup import CgroupError, host_memory, memory_limit
-from .cpu import CGROUP_ROOT
+from .cpu import cgroup_root
 
 MIB = 1 << 20
 RAM_SHARE = 4  # tf.data's autotune RAM budget: a quarter of the limit
@@ -35,8 +34,7 @@ class MemoryBudget:
 
 def memory_budget(env: Mapping[str, str] | None = None) -> MemoryBudget:
     """Read the limit; a malformed cgroup file is reported, not raised."""
-    env = os.environ if env is None else env
-    root = env.get(CGROUP_ROOT) or "/"
+    root = cgroup_root(env)
     total = host_memory(root)
     host = None if total is None else total // MIB
     try:

@@ -38,12 +38,19 @@ class Inventory:
         return len(self.totals)
 
 
-def read_inventory(env: Mapping[str, str] | None = None) -> Inventory:
-    """The GPUs' total memory; an empty inventory where no NVML library loads."""
+def _load(env: Mapping[str, str] | None) -> ctypes.CDLL | None:
+    """The NVML library (``LIBRARY_ENV``'s, else the driver's), or None where none loads."""
     env = os.environ if env is None else env
     try:
-        nvml = ctypes.CDLL(env.get(LIBRARY_ENV) or LIBRARY)
+        return ctypes.CDLL(env.get(LIBRARY_ENV) or LIBRARY)
     except OSError:
+        return None
+
+
+def read_inventory(env: Mapping[str, str] | None = None) -> Inventory:
+    """The GPUs' total memory; an empty inventory where no NVML library loads."""
+    nvml = _load(env)
+    if nvml is None:
         return Inventory()
     try:
         return _read(nvml)
@@ -92,10 +99,8 @@ def process_memory(pid: int, env: Mapping[str, str] | None = None) -> dict[int, 
     Inside a container NVML lists host PIDs, so a process in its own PID namespace is
     usually not found: then nothing is claimed.
     """
-    env = os.environ if env is None else env
-    try:
-        nvml = ctypes.CDLL(env.get(LIBRARY_ENV) or LIBRARY)
-    except OSError:
+    nvml = _load(env)
+    if nvml is None:
         return {}
     try:
         _check("nvmlInit_v2", nvml.nvmlInit_v2())

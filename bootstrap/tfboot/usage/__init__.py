@@ -33,6 +33,7 @@ from ..executor import environ, results
 from ..executor.result import emit
 from ..provenance import TFBOOT, writer
 from ..settings import (
+    CONTROL,
     LOG,
     METRICS_JOB,
     PUSHGATEWAY,
@@ -59,20 +60,26 @@ _started = False
 class Report:
     """One process's usage report: its meter, its sinks, its thread."""
 
-    def __init__(self, meter: Meter, env: Mapping[str, str], owner: bool) -> None:
+    def __init__(self, meter: Meter, env: Mapping[str, str]) -> None:
         self.meter = meter
         self.frameworks: list[Framework] = []
-        self.level = _control(env, LOG, "info")
-        self.interval = _control(env, USAGE_INTERVAL, 30)
-        self.file = _expand(_control(env, USAGE_FILE, None), owner)
-        termination = _expand(_control(env, TERMINATION_LOG, None), owner)
+        self.level = _control(env, LOG)
+        self.interval = _control(env, USAGE_INTERVAL)
+        file, textfile, pushgateway = (_control(env, n) for n in (USAGE_FILE, TEXTFILE_DIR,
+                                                                   PUSHGATEWAY))  # fmt: skip
+        log = _control(env, TERMINATION_LOG)
+        usable = log is not None and _writable(_expand(log, True) or "")
+        # Only a sink that is there makes this process claim them (and write OWNER).
+        owner = _owner(env) if file or usable or textfile or pushgateway else True
+        self.file = _expand(file, owner)
+        log = _expand(log, owner) if usable else None
         self.termination: TerminationLog | None = None
-        if termination is not None and _writable(termination):
+        if log is not None:
             from .sinks import TerminationLog
 
-            self.termination = TerminationLog(termination)
-        self.textfile = _control(env, TEXTFILE_DIR, None) if owner else None
-        self.pushgateway = _control(env, PUSHGATEWAY, None) if owner else None
+            self.termination = TerminationLog(log)
+        self.textfile = textfile if owner else None
+        self.pushgateway = pushgateway if owner else None
         self.failed: set[str] = set()
         self.exception: str | None = None
         self.done = False
@@ -87,9 +94,8 @@ class Report:
     @property
     def refreshed(self) -> bool:
         """Whether a thread refreshes the sinks (or samples memory without a kernel peak)."""
-        return bool(self.file or self.termination or self.textfile or self.pushgateway) or (
-            self.meter.sampled is not None and _no_peak(self.meter)
-        )
+        sinks = self.file or self.termination or self.textfile or self.pushgateway
+        return bool(sinks) or self.meter.sampled is not None
 
     def record(self, reason: str, final: bool) -> dict[str, Any]:
         from .suggest import suggest  # loaded at the first record, not at the import
@@ -159,18 +165,12 @@ def _reason(exc: BaseException) -> str:
     return text.splitlines()[0][:200]
 
 
-def _no_peak(meter: Meter) -> bool:
-    from ..node.counters import memory
-
-    return memory(meter.env).peak is None
-
-
-def _control(env: Mapping[str, str], name: str, default: Any) -> Any:
+def _control(env: Mapping[str, str], name: str) -> Any:
     """A control variable; an invalid one (reported with the settings) counts as unset."""
     try:
         return read_control(env, name)
     except ConfigError:
-        return default
+        return next(v.default for v in CONTROL if v.name == name)
 
 
 def _expand(path: str | None, owner: bool) -> str | None:
@@ -208,22 +208,17 @@ def watch(adapter: Any, name: str, env: Mapping[str, str] | None = None) -> None
             if _report is not None:
                 _report.frameworks.append(Framework(adapter, name))
     except Exception as exc:
-        if _control(env, LOG, "info") == "debug":
+        if _control(env, LOG) == "debug":
             emit("debug", f"usage report not started: {_reason(exc)}")
 
 
 def _start(result: Any, env: Mapping[str, str]) -> Report | None:
     """The process's report, or None under ``TFBOOT_USAGE=off``."""
-    if not _control(env, USAGE, True):
+    if not _control(env, USAGE):
         return None
     budget = make_budget(result.settings, env, result.role)
     threads = budget.threads(result.framework).count
-    termination = _control(env, TERMINATION_LOG, None)
-    wanted = any(_control(env, n, None) for n in (USAGE_FILE, TEXTFILE_DIR, PUSHGATEWAY)) or (
-        termination is not None and _writable(termination)
-    )
-    meter = Meter(budget, threads, env, _control(env, METRICS_JOB, "tfboot"))
-    report = Report(meter, env, _owner(env) if wanted else True)
+    report = Report(Meter(budget, threads, env, _control(env, METRICS_JOB)), env)
     atexit.register(report.finish, "exit")
     _chain_excepthook(report)
     _on_sigterm(report)

@@ -82,21 +82,25 @@ class Meter:
         self.cpu = counters.cpu(env)
         start = counters.memory(env)
         self.events = dict(start.events)
-        self.sampled = start.current  # the highest memory.current seen, without memory.peak
+        # The highest memory.current seen, where the kernel keeps no memory.peak; else None.
+        self.sampled = start.current if start.peak is None else None
         self.pid = os.getpid()
         # The limit in force: HOST_MEMORY_LIMIT_MB's, else the container's.
         host = budget.host() if budget.settings.host_memory != "host" else None
-        memory = memory_budget(env)
+        # The budget read the container's limit, except under HOST_MEMORY_LIMIT_MB=host.
+        memory = budget.memory if host is not None else memory_budget(env)
         if host is not None and host.limit_mib is not None:
             self.limit: tuple[int | None, str] = (host.limit_mib, host.origin)
         else:
             self.limit = (memory.limit_mib, memory.source)
 
-    def sample(self) -> None:
-        """Keep the highest ``memory.current`` where the kernel keeps no peak."""
+    def sample(self) -> counters.Memory:
+        """Read the memory counters; keep the highest ``memory.current`` where the kernel
+        keeps no peak."""
         now = counters.memory(self.env)
         if now.peak is None and now.current is not None:
             self.sampled = max(self.sampled or 0, now.current)
+        return now
 
     def record(self, frameworks: Sequence[Framework], reason: str, final: bool) -> dict[str, Any]:
         """The usage so far, as the JSON record (without its suggestion)."""
@@ -157,10 +161,9 @@ class Meter:
                 gpu["process_source"] = "NVML nvmlDeviceGetComputeRunningProcesses"
 
     def _memory(self) -> dict[str, Any]:
-        now = counters.memory(self.env)
+        now = self.sample()
         peak, source = now.peak, now.peak_source
         if peak is None and now.current is not None:
-            self.sampled = max(self.sampled or 0, now.current)
             peak, source = self.sampled, f"{now.current_source} (sampled)"
         events = {k: v - self.events.get(k, 0) for k, v in now.events.items()}
         return {

@@ -10,6 +10,7 @@ counts; the suggestion is named as kube-state-metrics names a container's resour
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -111,8 +112,6 @@ def write_textfile(directory: str, record: dict[str, Any]) -> str:
     ``write_to_textfile`` writes a temporary file beside it and renames it, and the
     collector reads only ``*.prom``, so it never sees half a file.
     """
-    import os
-
     from prometheus_client import write_to_textfile
 
     path = os.path.join(directory, textfile_name(record))

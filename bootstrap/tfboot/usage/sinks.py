@@ -73,7 +73,7 @@ def write_atomically(path: str, text: str) -> None:
 
 def write_json(path: str, record: dict[str, Any]) -> None:
     """The record as a JSON file, atomically."""
-    write_atomically(path, json.dumps(record, indent=2, sort_keys=False) + "\n")
+    write_atomically(path, json.dumps(record, indent=2) + "\n")
 
 
 def termination_text(record: dict[str, Any]) -> str:
