@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -200,3 +202,24 @@ def data_defaults(plan: Any) -> Any:
 def decision(plan: Any, start: str) -> str:
     """The plan's decision that starts with ``start``."""
     return next(d for d in plan.decisions if d.startswith(start))
+
+
+def free_ports(count: int, host: str = "localhost") -> list[int]:
+    """``count`` consecutive TCP ports on ``host`` that nothing holds, below the kernel's
+    ephemeral range: an outgoing connection anywhere on the machine (another test, a probe
+    of one of these very ports) can take an ephemeral port between this check and the
+    server's bind, and then the server fails to start."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(200):
+        base = random.randrange(10000, low - count)
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as sock:
+                    sock.bind((host, port))
+        except OSError:
+            continue
+        return list(range(base, base + count))
+    raise AssertionError(f"no {count} free consecutive ports below {low}")

@@ -8,37 +8,18 @@ TensorFlow swallows SIGTERM under MultiWorkerMirroredStrategy.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import last_json, run_python, scenario_env
+from support import free_ports, last_json, run_python, scenario_env
 
 pytestmark = [pytest.mark.tf, pytest.mark.multiworker, pytest.mark.xdist_group("multiworker")]
 
 TRAIN = Path(__file__).with_name("mw_train.py")
 LIMIT_S = 150
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` consecutive free TCP ports on localhost."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("localhost", 0))
-            base = probe.getsockname()[1]
-        if base + count > 65535:
-            continue
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as sock:
-                    sock.bind(("localhost", port))
-        except OSError:
-            continue
-        return list(range(base, base + count))
-    raise AssertionError("no free consecutive ports")
 
 
 @pytest.fixture
@@ -64,12 +45,16 @@ def start() -> Iterator:
 
 
 def outputs(processes: list[subprocess.Popen[str]]) -> list[tuple[dict, str]]:
-    results = []
-    for process in processes:
-        out, err = process.communicate(timeout=LIMIT_S + 10)
-        assert process.returncode == 0, err[-3000:]
-        results.append((last_json(out), err))
-    return results
+    """Every task's output; when one failed, every failed task's stderr (the cause is often
+    the other task's: a worker that waits for a peer that never started)."""
+    ended = [(process, *process.communicate(timeout=LIMIT_S + 10)) for process in processes]
+    failed = [
+        f"task {i} ended with {process.returncode}:\n{err[-3000:]}"
+        for i, (process, _, err) in enumerate(ended)
+        if process.returncode != 0
+    ]
+    assert not failed, "\n".join(failed)
+    return [(last_json(out), err) for _, out, err in ended]
 
 
 def assert_trained_alike(workers: list[dict], reference: dict) -> None:

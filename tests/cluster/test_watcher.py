@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from support import run_python
-from test_multiworker import free_ports
+from support import free_ports, run_python
 from tfboot.cluster.watcher import EXIT_MARGIN_S
 
 pytestmark = pytest.mark.slow  # each waits out a startup timeout and its margin (7 to 10 s)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -15,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import run_python, unavailable
+from support import free_ports, run_python, unavailable
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -27,10 +26,9 @@ print(float(tf.reduce_sum(tf.matmul(x, x))))
 """
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def local_url() -> str:
+    """A loopback URL with a free port for a server the test starts."""
+    return f"http://127.0.0.1:{free_ports(1, '127.0.0.1')[0]}"
 
 
 def get(url: str) -> str:
@@ -56,9 +54,9 @@ class Servers:
     def __init__(self, tmp: Path) -> None:
         self.textfiles = tmp / "textfiles"
         self.textfiles.mkdir()
-        self.push = f"http://127.0.0.1:{free_port()}"
-        self.exporter = f"http://127.0.0.1:{free_port()}"
-        self.prometheus = f"http://127.0.0.1:{free_port()}"
+        self.push = local_url()
+        self.exporter = local_url()
+        self.prometheus = local_url()
         config = tmp / "prometheus.yml"
         config.write_text(json.dumps({
             "global": {"scrape_interval": "1s"},
@@ -150,7 +148,7 @@ def test_pushgateway_and_textfile_reach_prometheus(servers: Servers) -> None:
 
 
 def test_an_unreachable_pushgateway_warns_once_and_the_job_goes_on() -> None:
-    env = {"CPU_THREADS": "2", "TFBOOT_PUSHGATEWAY": f"http://127.0.0.1:{free_port()}"}
+    env = {"CPU_THREADS": "2", "TFBOOT_PUSHGATEWAY": local_url()}
     run = run_python(WORK, env)
     assert run.returncode == 0
     warnings = [line for line in run.stderr.splitlines() if "TFBOOT_PUSHGATEWAY" in line]
