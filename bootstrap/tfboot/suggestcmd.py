@@ -101,8 +101,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"runs": len(records), "suggest": found, "patch": text}, indent=2))
         return 0
-    if args.env or args.patch:
-        print("\n".join(env_lines(found)) if args.env else text, end="\n" if args.env else "")
+    if args.patch:
+        print(text, end="")
+        return 0
+    if args.env:
+        lines = env_lines(found)
+        for entry in lines:
+            print(entry)
+        if not lines:  # an empty .env file is valid; say why it is empty
+            print("tfboot suggest: no variable to set: no GPU memory was measured (the Pod's "
+                  "resources are in --patch)", file=sys.stderr)  # fmt: skip
         return 0
     print(f"# tfboot suggest: {len(records)} usage file(s)")
     for figure, source in found["sources"].items():

@@ -223,6 +223,14 @@ def test_suggest_reads_many_files(tmp_path: Path) -> None:
     assert "kind: Job" in text and "MEMORY_LIMIT_MB=2304" in text
 
 
+def test_suggest_env_without_gpu_is_empty_and_says_why(tmp_path: Path) -> None:
+    path = tmp_path / "cpu-only.json"
+    path.write_text(json.dumps(record(peak=800, limit=4096, gpus=[])))
+    run = suggest_cli("--env", str(path))
+    assert run.returncode == 0 and run.stdout == ""
+    assert "no variable to set: no GPU memory was measured" in run.stderr
+
+
 @pytest.mark.parametrize(
     ("content", "reason"),
     [
