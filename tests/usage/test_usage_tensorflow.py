@@ -156,9 +156,15 @@ def test_a_child_process_does_not_write_over_its_parent_s_file(tmp_path: Path) -
     """)
     run = run_python(code, APPLIED | {"TFBOOT_USAGE_FILE": str(usage)})
     assert run.returncode == 0, run.stderr
-    assert len(used_lines(run.stderr)) == 2  # the child's line, then the parent's
+    [line] = used_lines(run.stderr)  # one line for the job: the parent's, with the child's
+    assert line.startswith("tfboot: used: job of 2 processes;")
     parent = int(run.stdout.split("parent")[1].split()[0])
-    assert read(usage)["pid"] == parent
+    found = read(usage)
+    assert found["pid"] == parent and found["run"]["lead"]
+    [member] = found["members"]
+    assert member["pid"] != parent and member["final"] and member["frameworks"] == ["TensorFlow"]
+    # The child's own file sits beside the parent's, named by its pid: nothing written over.
+    assert read(tmp_path / f"usage.{member['pid']}.json")["pid"] == member["pid"]
     # With {pid} in the path each process writes its own file.
     run = run_python(code, APPLIED | {"TFBOOT_USAGE_FILE": str(per_pid)})
     assert run.returncode == 0, run.stderr

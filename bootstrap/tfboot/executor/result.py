@@ -6,7 +6,12 @@ warnings, its calls (under debug), what it got and why, and the cluster's line.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import select
+import stat
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,9 +71,48 @@ class Result:
         }
 
 
+WRITE_DEADLINE_S = 2.0  # the longest a line may wait on a stalled pipe or socket
+_CHUNK = 512  # at most this much per write to a pipe found writable (PIPE_BUF is 4096)
+
+
 def emit(kind: str, text: str) -> None:
-    """One line on stderr, prefixed so it can be grepped."""
-    print(line(kind, text), file=sys.stderr, flush=True)
+    """One line on stderr, prefixed so it can be grepped. Never raises, whatever stderr is:
+    closed (Python's ``sys.stderr`` is None: the line is dropped, never sent to stdout), a
+    broken pipe (dropped, and nothing left in Python's buffer to fail the exit status), a
+    pipe nobody reads (given up after ``WRITE_DEADLINE_S``), or an object that is not a file."""
+    data = line(kind, text) + "\n"
+    stream = sys.stderr
+    if stream is None:
+        return
+    try:
+        fd = stream.fileno()
+    except Exception:  # a program's or a test runner's stream without a descriptor
+        fd = None
+    try:
+        if fd is None:
+            stream.write(data)
+            stream.flush()
+            return
+        with contextlib.suppress(Exception):
+            stream.flush()  # the program's own buffered text first, in order
+        _write(fd, data.encode("utf-8", "backslashreplace"))
+    except Exception:
+        pass
+
+
+def _write(fd: int, data: bytes) -> None:
+    """Write ``data`` to ``fd``; to a pipe or socket only while it takes it in time."""
+    kind = os.fstat(fd).st_mode
+    if not (stat.S_ISFIFO(kind) or stat.S_ISSOCK(kind)):
+        while data:
+            data = data[os.write(fd, data) :]
+        return
+    deadline = time.monotonic() + WRITE_DEADLINE_S
+    while data:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([], [fd], [], left)[1]:
+            return
+        data = data[os.write(fd, data[:_CHUNK]) :]
 
 
 def log(result: Result, level: str) -> None:

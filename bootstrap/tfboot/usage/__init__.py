@@ -2,26 +2,24 @@
 
 The start-up hooks call ``watch`` each time tfboot has configured a framework. The first
 call starts the process's report, unless ``TFBOOT_USAGE=off``: it takes the baseline
-(``measure.Meter``), registers an ``atexit`` handler (a normal end, ``sys.exit``, an
-uncaught exception), and a SIGTERM handler (how Kubernetes and Slurm stop a job) that
-reports, then hands the signal on: to the handler that was there, or to the default, so
-the process still ends by the signal. Where a sink is set (``TFBOOT_USAGE_FILE``, the
-termination log, ``TFBOOT_TEXTFILE_DIR``, ``TFBOOT_PUSHGATEWAY``) or the kernel keeps no
-memory peak, a daemon thread refreshes them every ``TFBOOT_USAGE_INTERVAL`` seconds, so a
-job killed by the OOM killer (no handler runs on SIGKILL) leaves its last snapshot.
+(``measure.Meter``), finds the process's place in its job (``job.identify``), and hooks the
+process's ends (``ends``: ``atexit``, the uncaught-exception hook, SIGTERM, fork).
 
-At the end one ``tfboot: used:`` line goes to stderr (at ``TFBOOT_LOG`` info or debug) and
-the final record to every sink. Nothing here may fail the program: a sink that fails is
-named in one warning and skipped from then on.
+One daemon thread, the publisher, does every write to a sink: a snapshot every
+``TFBOOT_USAGE_INTERVAL`` seconds where a sink is set or memory must be sampled (so a job
+killed by the OOM killer leaves its last snapshot), and the final record. The end of the
+process builds the final record, writes its ``tfboot: used:`` line (the job's, at info
+level, from the job's lead only), hands the record to the publisher and waits for it at
+most ``EXIT_DEADLINE_S`` in all, however slowly a sink answers. The lock guards state
+only, never file or network I/O, and a forked child gets a fresh one. Nothing here may
+fail the program: a sink that fails is named in one warning and retried at the next
+snapshot and at the end.
 """
 
 from __future__ import annotations
 
-import atexit
 import importlib.util
 import os
-import signal
-import sys
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -29,9 +27,8 @@ from typing import TYPE_CHECKING, Any
 from ..budget import make_budget
 from ..budget.roles import ALONG
 from ..errors import ConfigError
-from ..executor import environ, results
+from ..executor import results
 from ..executor.result import emit
-from ..provenance import TFBOOT, writer
 from ..settings import (
     CONTROL,
     LOG,
@@ -44,46 +41,48 @@ from ..settings import (
     USAGE_INTERVAL,
     read_control,
 )
+from . import ends
+from .job import Job, collect, identify, leave, member_path
 from .measure import Framework, Meter
 
 if TYPE_CHECKING:
     from .sinks import TerminationLog
 
-# The process whose report owns the file sinks; a child process that inherits it (a
-# DataLoader worker, a launcher's child) writes none of them unless their paths hold {pid}.
-OWNER = "TFBOOT_USAGE_OWNER"
-_lock = threading.RLock()
+EXIT_DEADLINE_S = 5.0  # every sink at the process's end, together
+_lock = threading.RLock()  # guards _started, _report and a report's ``done``; never held over I/O
 _report: Report | None = None
 _started = False
+_frameworks: list[Framework] = []  # the frameworks configured in this process, in order
 
 
 class Report:
-    """One process's usage report: its meter, its sinks, its thread."""
+    """One process's usage report: its meter, its job, its sinks, its publisher thread."""
 
-    def __init__(self, meter: Meter, env: Mapping[str, str]) -> None:
+    def __init__(self, meter: Meter, env: Mapping[str, str], job: Job) -> None:
         self.meter = meter
-        self.frameworks: list[Framework] = []
+        self.job = job
+        self.frameworks = _frameworks
         self.level = _control(env, LOG)
         self.interval = _control(env, USAGE_INTERVAL)
-        file, textfile, pushgateway = (_control(env, n) for n in (USAGE_FILE, TEXTFILE_DIR,
-                                                                   PUSHGATEWAY))  # fmt: skip
-        log = _control(env, TERMINATION_LOG)
-        usable = log is not None and _writable(_expand(log, True) or "")
-        # Only a sink that is there makes this process claim them (and write OWNER).
-        owner = _owner(env) if file or usable or textfile or pushgateway else True
-        self.file = _expand(file, owner)
-        log = _expand(log, owner) if usable else None
+        file, log = _control(env, USAGE_FILE), _control(env, TERMINATION_LOG)
+        self.file = member_path(_expand(file), job) if file else None
+        log = _expand(log) if log else None
         self.termination: TerminationLog | None = None
-        if log is not None:
+        if log is not None and job.lead and _writable(log):  # the container's: the lead's
             from .sinks import TerminationLog
 
             self.termination = TerminationLog(log)
-        self.textfile = textfile if owner else None
-        self.pushgateway = pushgateway if owner else None
-        self.failed: set[str] = set()
+        # Metrics are the job's: pushed and written by its lead only.
+        self.textfile = _control(env, TEXTFILE_DIR) if job.lead else None
+        self.pushgateway = _control(env, PUSHGATEWAY) if job.lead else None
+        self.warned: set[str] = set()
         self.exception: str | None = None
         self.done = False
-        self.stop = threading.Event()
+        self.wake = threading.Event()
+        self.published = threading.Event()
+        self.final: dict[str, Any] | None = None  # handed to the publisher at the end
+        self.signalled: str | None = None  # a snapshot asked for by a signal handler
+        self.thread: threading.Thread | None = None
         exported = self.textfile or self.pushgateway
         if exported and importlib.util.find_spec("prometheus_client") is None:
             named = TEXTFILE_DIR if self.textfile else PUSHGATEWAY
@@ -92,20 +91,25 @@ class Report:
             self.textfile = self.pushgateway = None
 
     @property
-    def refreshed(self) -> bool:
-        """Whether a thread refreshes the sinks (or samples memory without a kernel peak)."""
-        sinks = self.file or self.termination or self.textfile or self.pushgateway
-        return bool(sinks) or self.meter.sampled is not None
+    def sinks(self) -> bool:
+        return bool(self.file or self.termination or self.textfile or self.pushgateway)
 
-    def record(self, reason: str, final: bool) -> dict[str, Any]:
+    def record(self, reason: str, final: bool, members: list[dict[str, Any]] | None = None,
+               ) -> dict[str, Any]:  # fmt: skip
+        """The record so far, with the job's suggestion (its members' records merged)."""
+        from .merge import trimmed
         from .suggest import suggest  # loaded at the first record, not at the import
 
         record = self.meter.record(self.frameworks, reason, final)
+        record["run"] = self.job.to_dict()
+        if members:
+            record["members"] = [trimmed(m) for m in members]
         record["suggest"] = suggest([record], unfinished_killed=False)
         return record
 
     def publish(self, record: dict[str, Any]) -> None:
-        """The record to every sink; a sink that fails is named once and skipped after."""
+        """The record to every sink, local ones first. A snapshot stops at the end's start;
+        a sink that fails is named once and tried again next time."""
         from . import sinks
 
         for name, write in (
@@ -115,37 +119,71 @@ class Report:
                                                                                record)),
             (PUSHGATEWAY, lambda: self.pushgateway and _metrics().push(self.pushgateway, record)),
         ):  # fmt: skip
-            if name in self.failed:
-                continue
+            if self.done and not record["final"]:
+                return
             try:
                 write()
             except Exception as exc:
-                self.failed.add(name)
-                emit("warning", f"usage report: {name} could not be written ({_reason(exc)}); "
-                                "it is skipped from now on")  # fmt: skip
+                self._failed(name, exc, record["final"])
+        if record["final"]:
+            leave(self.job, record)
 
-    def refresh(self) -> None:
-        """The thread: sample, and refresh the sinks, every interval until the end."""
-        while not self.stop.wait(self.interval):
-            with _lock:
-                if self.done:
-                    return
+    def _failed(self, name: str, exc: BaseException, final: bool) -> None:
+        if final:
+            emit("warning", f"usage report: the final record could not be written to {name} "
+                            f"({_reason(exc)})")  # fmt: skip
+        elif name not in self.warned:
+            self.warned.add(name)
+            emit("warning", f"usage report: {name} could not be written ({_reason(exc)}); "
+                            "it is tried again at each snapshot and at the end")  # fmt: skip
+
+    def run(self) -> None:
+        """The publisher thread: a snapshot each interval (or when a signal asks), the final
+        record when the end hands it over (``final`` is set before ``wake``). Never raises."""
+        while True:
+            self.wake.wait(self.interval)
+            self.wake.clear()
+            if self.final is not None:
+                self.publish(self.final)
+                return
+            reason, self.signalled = self.signalled, None
+            if self.done or not (self.sinks or self.meter.sampled is not None):
+                continue
+            try:
                 self.meter.sample()
-                self.publish(self.record("snapshot", final=False))
+                if self.sinks:
+                    self.publish(self.record(reason or "snapshot", final=False))
+            except Exception as exc:
+                if self.level == "debug":
+                    emit("debug", f"usage report: snapshot failed ({_reason(exc)})")
+
+    def snapshot(self, reason: str) -> None:
+        """Ask the publisher for a snapshot now (safe in a signal handler: no I/O here)."""
+        self.signalled = reason
+        self.wake.set()
 
     def finish(self, reason: str) -> None:
-        """The final report, once, in the process that started it."""
+        """The final report, once, in the process that started it, within the deadline."""
+        if os.getpid() != self.meter.pid:
+            return  # a forked child: its parent reports
         with _lock:
-            if self.done or os.getpid() != self.meter.pid:
+            if self.done:
                 return
             self.done = True
-            self.stop.set()
-            record = self.record(self.exception or reason, final=True)
-            if self.level != "quiet":
-                from .sinks import used_line
+        members = collect(self.job)
+        record = self.record(self.exception or reason, final=True, members=members)
+        if self.level != "quiet" and (self.job.lead or self.level == "debug"):
+            from .sinks import used_line
 
-                emit("info", used_line(record))
-            self.publish(record)
+            emit("info" if self.job.lead else "debug", used_line(record))
+        if self.thread is None or not self.thread.is_alive():
+            return
+        self.final = record
+        self.wake.set()
+        self.thread.join(EXIT_DEADLINE_S)
+        if self.thread.is_alive():
+            emit("warning", f"usage report: the sinks did not finish within {EXIT_DEADLINE_S:g} s "
+                            "at the end; the process ends without waiting longer")  # fmt: skip
 
 
 def _writable(path: str) -> bool:
@@ -173,23 +211,9 @@ def _control(env: Mapping[str, str], name: str) -> Any:
         return next(v.default for v in CONTROL if v.name == name)
 
 
-def _expand(path: str | None, owner: bool) -> str | None:
-    """``{pid}`` and ``{host}`` in a path; a path without ``{pid}`` only for the owner."""
-    if not path:
-        return None
-    if "{pid}" not in path and not owner:
-        return None
+def _expand(path: str) -> str:
+    """``{pid}`` and ``{host}`` in a path."""
     return path.replace("{pid}", str(os.getpid())).replace("{host}", os.uname().nodename)
-
-
-def _owner(env: Mapping[str, str]) -> bool:
-    """Whether this process owns the file sinks: no process before it in this environment
-    claimed them (a claim is tfboot's write of ``OWNER``, inherited by children)."""
-    if writer(env, OWNER) == TFBOOT and env.get(OWNER) != str(os.getpid()):
-        return False
-    if env is os.environ:
-        environ.setenv(OWNER, str(os.getpid()))
-    return True
 
 
 def watch(adapter: Any, name: str, env: Mapping[str, str] | None = None) -> None:
@@ -202,11 +226,12 @@ def watch(adapter: Any, name: str, env: Mapping[str, str] | None = None) -> None
         if result is None or not result.applied or (result.role and result.role.kind == ALONG):
             return
         with _lock:
-            if not _started:
-                _started = True
-                _report = _start(result, env)
-            if _report is not None:
-                _report.frameworks.append(Framework(adapter, name))
+            _frameworks.append(Framework(adapter, name))
+            first, _started = not _started, True
+        if first:
+            report = _start(result, env)  # reads files: outside the lock
+            with _lock:
+                _report = report
     except Exception as exc:
         if _control(env, LOG) == "debug":
             emit("debug", f"usage report not started: {_reason(exc)}")
@@ -218,43 +243,20 @@ def _start(result: Any, env: Mapping[str, str]) -> Report | None:
         return None
     budget = make_budget(result.settings, env, result.role)
     threads = budget.threads(result.framework).count
-    report = Report(Meter(budget, threads, env, _control(env, METRICS_JOB)), env)
-    atexit.register(report.finish, "exit")
-    _chain_excepthook(report)
-    _on_sigterm(report)
-    if report.refreshed:
-        threading.Thread(target=report.refresh, name="tfboot-usage", daemon=True).start()
+    report = Report(Meter(budget, threads, env, _control(env, METRICS_JOB)), env, identify(env))
+    report.thread = threading.Thread(target=report.run, name="tfboot-usage", daemon=True)
+    report.thread.start()
+    ends.hook(report)
     return report
 
 
-def _chain_excepthook(report: Report) -> None:
-    """Name an uncaught exception in the final record; the program's hook still runs."""
-    previous = sys.excepthook
-
-    def hook(kind: type[BaseException], value: BaseException, trace: Any) -> None:
-        report.exception = f"exception {kind.__name__}"
-        previous(kind, value, trace)
-
-    sys.excepthook = hook
+def _after_fork_in_child() -> None:
+    """A forked child starts with a free lock and no report of its own: the parent's is the
+    parent's (its thread did not survive the fork)."""
+    global _lock, _report, _started
+    _lock = threading.RLock()
+    _report, _started = None, False
+    _frameworks.clear()
 
 
-def _on_sigterm(report: Report) -> None:
-    """Report on SIGTERM, then let the signal do what it did before. A program that ignores
-    SIGTERM keeps ignoring it; signal handlers can only be set from the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous == signal.SIG_IGN or previous is None:
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        if callable(previous):
-            with _lock:  # the program's own handler decides; its end is reported at exit
-                report.publish(report.record("SIGTERM", final=False))
-            previous(signum, frame)
-            return
-        report.finish("SIGTERM")
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, handler)
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -14,6 +14,7 @@ import os
 import tempfile
 from typing import Any
 
+from .merge import job_record
 from .suggest import summary
 
 TERMINATION_BYTES = 4096  # the kubelet keeps at most this much of a termination message
@@ -21,7 +22,8 @@ TERMINATION_BYTES = 4096  # the kubelet keeps at most this much of a termination
 
 def _gpu(gpu: dict[str, Any]) -> str:
     cap = f" of {gpu['cap_mib']} MiB cap" if gpu.get("cap_mib") is not None else " (no cap)"
-    text = f"GPU:{gpu['index']} {gpu['framework']} peak {gpu['peak_mib']} MiB{cap}"
+    process = f" (pid {gpu['pid']})" if gpu.get("pid") is not None else ""
+    text = f"GPU:{gpu['index']}{process} {gpu['framework']} peak {gpu['peak_mib']} MiB{cap}"
     if gpu.get("ooms"):
         text += f", {gpu['ooms']} allocator OOMs"
     if gpu.get("process_mib") is not None:
@@ -32,8 +34,10 @@ def _gpu(gpu: dict[str, Any]) -> str:
 
 def used_line(record: dict[str, Any]) -> str:
     """The ``used:`` line's text: each budget's figure against it, with its source, and the
-    suggestion."""
-    parts = [_gpu(g) + f" ({g['source']})" for g in record["gpus"]]
+    suggestion; for the whole job, where the record carries its members'."""
+    record = job_record([record])
+    parts = [f"job of {record['processes']} processes"] if record.get("processes") else []
+    parts += [_gpu(g) + f" ({g['source']})" for g in record["gpus"]]
     memory = record["host_memory"]
     limit = f" of {memory['limit_mib']} MiB" if memory.get("limit_mib") else " (no limit)"
     text = f"host memory peak {memory['peak_mib']} MiB{limit} ({memory['source']})"
@@ -76,41 +80,37 @@ def write_json(path: str, record: dict[str, Any]) -> None:
     write_atomically(path, json.dumps(record, indent=2) + "\n")
 
 
-def termination_text(record: dict[str, Any]) -> str:
+def termination_text(record: dict[str, Any]) -> bytes:
     """The summary for the termination log, cut to fit the kubelet's limit."""
-    text = "tfboot " + used_line(record) + "\n"
-    return _cut(text, TERMINATION_BYTES)
-
-
-def _cut(text: str, limit: int) -> str:
-    data = text.encode()
-    if len(data) <= limit:
-        return text
-    return data[: limit - 4].decode("utf-8", "ignore") + "...\n"
+    data = ("tfboot " + used_line(record) + "\n").encode()
+    if len(data) <= TERMINATION_BYTES:
+        return data
+    return data[: TERMINATION_BYTES - 4].decode("utf-8", "ignore").encode() + b"...\n"
 
 
 class TerminationLog:
-    """Kubernetes's termination message file: tfboot's summary, beside the program's own."""
+    """Kubernetes's termination message file: tfboot's summary, beside the program's own,
+    whose bytes are kept as they are (any encoding)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.written: str | None = None  # what tfboot last wrote there
-        self.theirs = ""  # the program's own message, kept before tfboot's summary
+        self.written: bytes | None = None  # what tfboot last wrote there
+        self.theirs = b""  # the program's own message, kept before tfboot's summary
 
     def write(self, record: dict[str, Any]) -> bool:
         """Write the summary; False when the program's own message leaves no room."""
         summary_text = termination_text(record)
         try:
-            with open(self.path, encoding="utf-8", errors="replace") as current:
+            with open(self.path, "rb") as current:
                 there = current.read(TERMINATION_BYTES + 1)
         except OSError:
-            there = ""
+            there = b""
         theirs = self.theirs if there == self.written else there
-        text = (theirs.rstrip("\n") + "\n" + summary_text) if theirs else summary_text
-        if len(text.encode()) > TERMINATION_BYTES:
+        text = (theirs.rstrip(b"\n") + b"\n" + summary_text) if theirs else summary_text
+        if len(text) > TERMINATION_BYTES:
             return False
         # Written in place: the file is the kubelet's bind mount, which a rename cannot replace.
-        with open(self.path, "w", encoding="utf-8") as out:
+        with open(self.path, "wb") as out:
             out.write(text)
         self.written, self.theirs = text, theirs
         return True

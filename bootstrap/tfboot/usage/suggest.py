@@ -90,7 +90,7 @@ def run_needs(record: dict[str, Any], unfinished_killed: bool = True) -> dict[st
 def _gpu_need(gpus: list[dict[str, Any]], why: list[str]) -> float | None:
     """The cap each physical GPU needs (``MEMORY_LIMIT_MB`` is per GPU): a GPU split into
     logical devices needs as many times its largest logical need."""
-    by_gpu: dict[tuple[str, int], list[float]] = {}
+    by_gpu: dict[tuple[Any, str, int], list[float]] = {}
     for gpu in gpus:
         if gpu.get("peak_mib") is None:
             continue
@@ -102,7 +102,8 @@ def _gpu_need(gpus: list[dict[str, Any]], why: list[str]) -> float | None:
                 f"{gpu['framework']} GPU {gpu['index']} grows from its cap {cap} MiB "
                 f"(peak {gpu['peak_mib']} MiB, {gpu.get('ooms') or 0} allocator OOMs)"
             )
-        by_gpu.setdefault((gpu["framework"], gpu["physical"]), []).append(need)
+        key = (gpu.get("pid"), gpu["framework"], gpu["physical"])  # a cap is per process
+        by_gpu.setdefault(key, []).append(need)
     if not by_gpu:
         return None
     return max(len(needs) * max(needs) for needs in by_gpu.values())
@@ -128,7 +129,11 @@ def suggest(
 ) -> dict[str, Any]:
     """The suggestion from ``records``: ``env``, Pod ``resources``, Slurm options, each
     figure with its source, and why any figure grew (``unfinished_killed``: see
-    ``run_needs``; a running process's own snapshots are not)."""
+    ``run_needs``; a running process's own snapshots are not). The records of one job (a
+    launcher and its workers) count as one run."""
+    from .merge import by_job
+
+    records = by_job(records)
     needs = [run_needs(r, unfinished_killed) for r in records]
     why = [w for n in needs for w in n["why"]]
 

@@ -1,0 +1,78 @@
+"""How a process ends, and the report's part in each: the exit, an uncaught exception, SIGTERM.
+
+The exit status and the signal's disposition stay exactly what they would be without
+tfboot. ``atexit`` reports a normal end, ``sys.exit`` and an uncaught exception (named by a
+chained ``sys.excepthook``; the program's hook still prints). SIGTERM, where the program
+has no handler of its own yet: the final report, then the signal again with its default
+action, so the process still ends by it. Where the program had a handler before the
+framework's import: a snapshot is asked for (no I/O in the handler), then the program's
+handler runs and decides; one installed later simply replaces tfboot's. A process that
+ignores SIGTERM keeps ignoring it (no handler is installed), and so does PID 1 with no
+handler (the kernel drops a signal PID 1 does not handle): it gets a snapshot and goes on,
+and its real end is reported at exit. tfboot's part of a handler never raises into the
+program, whatever stderr is.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+PID1_IGNORED = "SIGTERM (ignored: PID 1 without a handler)"
+
+
+def hook(report: Any) -> None:
+    """Hook the process's ends for ``report`` (an ``usage.Report``)."""
+    atexit.register(_quietly, report.finish, "exit")
+    _chain_excepthook(report)
+    _on_sigterm(report)
+
+
+def _quietly(call: Any, *args: Any) -> None:
+    """Run tfboot's part of an end; whatever goes wrong stays inside tfboot."""
+    with contextlib.suppress(Exception):
+        call(*args)
+
+
+def _chain_excepthook(report: Any) -> None:
+    """Name an uncaught exception in the final record; the program's hook still runs."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, trace: Any) -> None:
+        report.exception = f"exception {kind.__name__}"
+        previous(kind, value, trace)
+
+    sys.excepthook = hook
+
+
+def _on_sigterm(report: Any) -> None:
+    """Install the SIGTERM handler where it changes nothing of the program's own: signal
+    handlers can only be set from the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous == signal.SIG_IGN or previous is None:
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        ours = os.getpid() == report.meter.pid  # not a forked child's
+        if callable(previous):
+            if ours:
+                _quietly(report.snapshot, "SIGTERM")
+            previous(signum, frame)  # the program's: what it raises is the program's
+            return
+        if os.getpid() == 1:  # the default action of PID 1 is to ignore it
+            if ours:
+                _quietly(report.snapshot, PID1_IGNORED)
+            return
+        if ours:
+            _quietly(report.finish, "SIGTERM")
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, handler)

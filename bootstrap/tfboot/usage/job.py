@@ -1,0 +1,157 @@
+"""Which job a process's report belongs to, and whether the process speaks for it.
+
+A job is one run of a launcher and everything it starts: ``torchrun`` and its ranks, a
+program and its ``multiprocessing`` spawn or forkserver workers (DataLoader workers among
+them), the tasks of one Slurm step. Its first reporting process, the *lead*, names the run
+in ``RUN`` (inherited by every child it starts) and opens a drop directory where the other
+processes, its *members*, leave their final records; at its end it reads them, so its one
+``used:`` line and its suggestion cover every process of the job (the ranks hold the
+GPUs). Members log their line at debug only.
+
+Processes that share no parent still form one job when a launcher says so: the tasks of a
+Slurm step (``SLURM_JOB_ID``, ``SLURM_STEP_ID``; task 0 leads) and the ranks of a
+``torchrun`` whose launcher reported nothing (``TORCHELASTIC_RUN_ID``; rank 0 leads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ..provenance import TFBOOT, writer
+
+RUN = "TFBOOT_USAGE_RUN"
+MAX_MEMBERS = 1024  # records read back from the drop directory, at most
+MAX_RECORD_BYTES = 1 << 20
+
+
+class Job:
+    """This process's place in its job: the run's id; whether it leads (speaks for the job
+    at info level and writes the file sinks' own paths); ``parent``, the pid of the process
+    that collects its record (None: it collects, it started this branch of the run); and
+    the drop directory where its record goes (a member) or where it collects (otherwise)."""
+
+    __slots__ = ("drop", "id", "lead", "parent")
+
+    def __init__(self, run: str, lead: bool, parent: int | None, drop: str | None) -> None:
+        self.id, self.lead, self.parent, self.drop = run, lead, parent, drop
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "lead": self.lead, "parent": self.parent}
+
+
+def _inherited(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """The run a parent process named, when tfboot wrote it and it parses."""
+    if writer(env, RUN) != TFBOOT:
+        return None
+    try:
+        found = json.loads(env[RUN])
+    except (KeyError, ValueError):
+        return None
+    if not isinstance(found, dict) or not isinstance(found.get("id"), str):
+        return None
+    if not isinstance(found.get("pid"), int) or found["pid"] == os.getpid():
+        return None
+    drop = found.get("drop")
+    return {"id": found["id"][:200], "pid": found["pid"],
+            "drop": drop if isinstance(drop, str) else None}  # fmt: skip
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: it exists
+        return True
+    return True
+
+
+def _launcher(env: Mapping[str, str]) -> tuple[str, bool] | None:
+    """A run a launcher names for processes that share no parent: (id, whether this one leads)."""
+    job, step = env.get("SLURM_JOB_ID", "").strip(), env.get("SLURM_STEP_ID", "").strip()
+    if job and step:
+        return f"slurm-{job}.{step}", env.get("SLURM_PROCID", "0").strip() in ("", "0")
+    torch = env.get("TORCHELASTIC_RUN_ID", "").strip()
+    if torch:
+        return f"torchrun-{torch[:100]}", env.get("RANK", "0").strip() in ("", "0")
+    return None
+
+
+def identify(env: Mapping[str, str]) -> Job:
+    """This process's job. A member of a live lead's run joins it; otherwise the process
+    starts a run (named by its launcher where there is one) and, in ``os.environ``, names
+    it for its children."""
+    parent = _inherited(env)
+    if parent is not None and _alive(parent["pid"]):
+        return Job(parent["id"], False, parent["pid"], parent["drop"])
+    named = _launcher(env)
+    pid = os.getpid()
+    run, lead = named or (f"{os.uname().nodename}-{pid}-{int(time.time())}", True)
+    drop = None
+    if env is os.environ:
+        from ..executor.environ import setenv
+
+        with contextlib.suppress(OSError):
+            drop = tempfile.mkdtemp(prefix="tfboot-run-")
+        setenv(RUN, json.dumps({"id": run, "pid": pid, "drop": drop}))
+    return Job(run, lead, None, drop)
+
+
+def member_path(path: str, job: Job) -> str:
+    """A file sink's path for this process: the lead's as given, a member's with its pid
+    before the extension (``usage.json`` -> ``usage.4242.json``), so none writes over
+    another."""
+    if job.lead or "{pid}" in path:
+        return path
+    stem, dot, extension = path.rpartition(".")
+    if not dot or "/" in extension:
+        return f"{path}.{os.getpid()}"
+    return f"{stem}.{os.getpid()}.{extension}"
+
+
+def leave(job: Job, record: dict[str, Any]) -> bool:
+    """A member's final record into the lead's drop directory; False where there is none."""
+    if job.parent is None or job.drop is None:
+        return False
+    from .sinks import write_json
+
+    try:
+        write_json(os.path.join(job.drop, f"{os.getpid()}.json"), record)
+    except OSError:
+        return False
+    return True
+
+
+def collect(job: Job) -> list[dict[str, Any]]:
+    """The end of a process that started a branch of the run: the records its members
+    left, then the drop directory removed."""
+    if job.parent is not None or job.drop is None:
+        return []
+    found: list[dict[str, Any]] = []
+    try:
+        names = sorted(os.listdir(job.drop))[:MAX_MEMBERS]
+    except OSError:
+        return []
+    for name in names:
+        path = os.path.join(job.drop, name)
+        try:
+            with open(path, "rb") as source:
+                data = source.read(MAX_RECORD_BYTES + 1)
+            os.unlink(path)
+        except OSError:
+            continue
+        with contextlib.suppress(ValueError, RecursionError):
+            record = json.loads(data) if len(data) <= MAX_RECORD_BYTES else None
+            if isinstance(record, dict):
+                found.append(record)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(job.drop):
+            os.unlink(os.path.join(job.drop, name))
+        os.rmdir(job.drop)
+    return found
