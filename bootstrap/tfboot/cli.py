@@ -14,7 +14,7 @@ from . import __version__
 from .budget.roles import NAMES as FRAMEWORKS
 from .errors import ConfigError
 from .settings import MAX_MEMORY_MB
-from .values import digits, line, quote, rows
+from .values import digits, hide_credentials, line, quote, rows
 
 MIN_CAP_MB = 64  # selftest: room for growth's first regions in each half of a split
 MAX_TIMEOUT_S = 86400  # selftest: a day per row is already far past any sane wait
@@ -73,6 +73,8 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
             value, source = variable.default, "default"
         if isinstance(value, bool):
             value = str(value).lower()
+        elif isinstance(value, str):
+            value = hide_credentials(value)
         table[variable.name] = {"value": value, "source": source}
     if cluster is not None:
         from .cluster import NAMES

@@ -16,7 +16,7 @@ from .cluster import MODES, NAMES
 from .errors import ConfigError, Problem, bounded
 from .node.deviceplugin import looked_for, read_plugin_limit
 from .provenance import user_value
-from .values import digits, nonblank, positive, shorten
+from .values import digits, hide_credentials, nonblank, positive, shorten
 
 BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True,
               "false": False, "0": False, "no": False, "off": False}  # fmt: skip
@@ -216,17 +216,19 @@ def _interval(name: str, value: str) -> int:
 
 
 def _url(name: str, value: str) -> str:
-    """An http(s) URL with a host, such as http://pushgateway:9091."""
+    """An http(s) URL with a host, such as http://pushgateway:9091. A user name and password
+    in it (``https://user:secret@host``) are sent as basic auth and never printed."""
     from urllib.parse import urlsplit
 
     accepted = "expected an http:// or https:// URL with a host, such as http://pushgateway:9091"
+    shown = hide_credentials(value)  # an error's JSON carries the value too
     try:
         parts = urlsplit(value.strip())
         parts.port  # noqa: B018 - a port out of range raises here
     except ValueError:
-        raise ConfigError(Problem(name, value, accepted)) from None
+        raise ConfigError(Problem(name, shown, accepted)) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(Problem(name, value, accepted))
+        raise ConfigError(Problem(name, shown, accepted))
     return value.strip()
 
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 from typing import Any
 
-from .usage.measure import SCHEMA
+from .usage.schema import loads, problem
 from .usage.suggest import CPU_PERCENTILE, KINDS, MEMORY_PERCENTILE, env_lines, patch, suggest
 
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a usage record is a few KiB
@@ -26,23 +28,29 @@ class UnusableFile(Exception):
 
 
 def read_record(path: str) -> dict[str, Any]:
-    """One usage record; ``UnusableFile`` naming the file and the reason (never its content)."""
+    """One usage record; ``UnusableFile`` naming the file and the reason (never its content).
+    Only a regular file is opened (a FIFO or a device would block or never end)."""
     try:
-        with open(path, "rb") as source:
+        kind = os.stat(path).st_mode
+        if not stat.S_ISREG(kind):
+            raise UnusableFile(f"{path}: not a regular file")
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # no wait, whatever it became
+        with os.fdopen(handle, "rb") as source:
+            if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
+                raise UnusableFile(f"{path}: not a regular file")
             data = source.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise UnusableFile(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if len(data) > MAX_FILE_BYTES:
         raise UnusableFile(f"{path}: larger than {MAX_FILE_BYTES} bytes, not a usage record")
     try:
-        record = json.loads(data)
-    except ValueError:
-        raise UnusableFile(f"{path}: not JSON") from None
-    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
-        raise UnusableFile(f"{path}: not a tfboot usage record (expected schema {SCHEMA})")
-    for key, kind in (("gpus", list), ("host_memory", dict), ("cpu", dict)):
-        if not isinstance(record.get(key), kind):
-            raise UnusableFile(f"{path}: its {key!r} is missing or malformed")
+        record = loads(data)
+    except ValueError as exc:
+        reason = str(exc) if "nested" in str(exc) or "not a number" in str(exc) else ""
+        raise UnusableFile(f"{path}: not JSON{f' ({reason})' if reason else ''}") from None
+    found = problem(record)
+    if found is not None:
+        raise UnusableFile(f"{path}: {found}")
     return record
 
 
@@ -117,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"# {figure}: {source}")
     for reason in found["why"]:
         print(f"# grows: {reason}")
+    for note in found["notes"]:
+        print(f"# note: {note}")
     print("# env")
     for entry in env_lines(found):
         print(entry)

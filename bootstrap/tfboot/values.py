@@ -12,11 +12,14 @@ Messages. One rule decides what a message may quote (``quote``):
   ``env`` list (where configuration is written in plain sight), shortened;
 - never a line of a ``.env`` file, nor a value read from one that does not parse, nor the
   result of a ``${VAR}`` interpolation: those are named by variable and line number;
-- never the content of a kernel or cgroup file: those are named by path and line number.
+- never the content of a kernel or cgroup file: those are named by path and line number;
+- never the credentials of a URL (``https://user:secret@host`` is shown as
+  ``https://***@host``), wherever the value is printed (``hide_credentials``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,8 +51,21 @@ def positive(text: str) -> int | None:
     return number if number else None
 
 
+# A URL's user information: after the scheme (or at the start, as ``user:secret@host``) up to
+# the last "@" (a password may hold "/" or "@" itself).
+_CREDENTIALS = re.compile(r"^(\s*[A-Za-z][A-Za-z0-9+.-]*://|\s*(?=[^/@\s]*:))(.*)@", re.DOTALL)
+HIDDEN = "***"
+
+
+def hide_credentials(value: str) -> str:
+    """``value`` with a URL's user name and password replaced by ``***``."""
+    return _CREDENTIALS.sub(lambda m: f"{m.group(1)}{HIDDEN}@", value, count=1)
+
+
 def shorten(value: str) -> str:
-    """``value`` quoted for a message: as it is up to ``SHOWN_CHARS``, else its head and length."""
+    """``value`` quoted for a message: as it is up to ``SHOWN_CHARS``, else its head and length;
+    a URL's credentials never."""
+    value = hide_credentials(value)
     if len(value) <= SHOWN_CHARS:
         return repr(value)
     return f"{value[:SHOWN_HEAD]!r}... ({len(value)} characters)"
@@ -68,4 +84,5 @@ def line(kind: str, text: str) -> str:
 
 def rows(given: dict[str, tuple[str, str]]) -> dict[str, dict[str, str]]:
     """name -> {value, source}, as ``show``, ``check``, ``doctor`` and the JSON report print."""
-    return {name: {"value": value, "source": source} for name, (value, source) in given.items()}
+    return {name: {"value": hide_credentials(value) if isinstance(value, str) else value,
+                   "source": source} for name, (value, source) in given.items()}  # fmt: skip

@@ -219,7 +219,7 @@ def test_suggest_reads_many_files(tmp_path: Path) -> None:
     found = json.loads(suggest_cli("--json", *paths).stdout)
     assert found["runs"] == 3 and found["suggest"]["resources"]["limits"]["memory"] == "1840Mi"
     text = suggest_cli(*paths).stdout
-    assert "# memory: container memory peak, p100 of 3 runs, +15%" in text
+    assert "# memory: memory peak (cgroup), p100 of 3 runs, +15%" in text
     assert "kind: Job" in text and "MEMORY_LIMIT_MB=2304" in text
 
 
@@ -237,7 +237,7 @@ def test_suggest_env_without_gpu_is_empty_and_says_why(tmp_path: Path) -> None:
         (b"TOKEN=hunter2\n", "not JSON"),
         (b'{"schema": "other"}', "not a tfboot usage record"),
         (json.dumps({"schema": SCHEMA, "gpus": {}, "cpu": {}, "host_memory": {}}).encode(),
-         "its 'gpus' is missing or malformed"),
+         "the record.gpus is missing or not a list"),
     ],
 )  # fmt: skip
 def test_suggest_refuses_what_is_not_a_record_without_quoting_it(
@@ -252,7 +252,7 @@ def test_suggest_refuses_what_is_not_a_record_without_quoting_it(
 
 def test_suggest_refuses_a_directory_and_a_bad_percentile(tmp_path: Path) -> None:
     run = suggest_cli(str(tmp_path))
-    assert run.returncode == 2 and "cannot be read" in run.stderr
+    assert run.returncode == 2 and "not a regular file" in run.stderr
     run = suggest_cli("--cpu-percentile", "0", str(tmp_path))
     assert run.returncode == 2 and "expected a percentile from 1 to 100" in run.stderr
     assert os.path.isdir(tmp_path)

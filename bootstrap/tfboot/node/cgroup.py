@@ -315,3 +315,29 @@ def _tightest(
         if value is not None and (best is None or value < best[0]):
             best = (value, shown(os.path.join(directory, name)))
     return best
+
+
+# The readers of a limit each controller's own cgroup may hold, by cgroup version.
+_LIMITS: dict[tuple[str, int], tuple[Callable[[str, str], float | None], ...]] = {
+    ("memory", 1): (_v1_memory,),
+    ("memory", 2): (_v2_memory, _v2_high),
+    ("cpu", 1): (_v1_quota,),
+    ("cpu", 2): (_v2_quota,),
+}
+
+
+def leaf_limited(root: str, controller: str) -> bool:
+    """Whether the process's own cgroup for ``controller`` (``memory`` or ``cpu``) holds a
+    limit itself (a container's or a Slurm step's does; a parent's limit does not count)."""
+    found = _find(root, controller)
+    if found is None:
+        return False
+    mount, path = found
+    directory = _directories(mount, path)[0]
+    for read in _LIMITS[(controller, mount.version)]:
+        try:
+            if read(root, directory) is not None:
+                return True
+        except CgroupError:
+            continue
+    return False

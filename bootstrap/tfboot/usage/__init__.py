@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from ..budget.roles import ALONG
 from ..errors import ConfigError
 from ..executor import results
 from ..executor.result import emit
+from ..values import hide_credentials
 from ..settings import (
     CONTROL,
     LOG,
@@ -49,6 +51,8 @@ if TYPE_CHECKING:
     from .sinks import TerminationLog
 
 EXIT_DEADLINE_S = 5.0  # every sink at the process's end, together
+EXIT_MARGIN_S = 0.25  # of it, kept for the thread to hand back before the process goes on
+SNAPSHOT_PUSH_S = 2.0  # a snapshot's push, at most (the final record waits behind it)
 _lock = threading.RLock()  # guards _started, _report and a report's ``done``; never held over I/O
 _report: Report | None = None
 _started = False
@@ -83,6 +87,7 @@ class Report:
         self.final: dict[str, Any] | None = None  # handed to the publisher at the end
         self.signalled: str | None = None  # a snapshot asked for by a signal handler
         self.thread: threading.Thread | None = None
+        self.deadline = 0.0  # when the end's publishing must be over (time.monotonic)
         exported = self.textfile or self.pushgateway
         if exported and importlib.util.find_spec("prometheus_client") is None:
             named = TEXTFILE_DIR if self.textfile else PUSHGATEWAY
@@ -107,17 +112,24 @@ class Report:
         record["suggest"] = suggest([record], unfinished_killed=False)
         return record
 
-    def publish(self, record: dict[str, Any]) -> None:
-        """The record to every sink, local ones first. A snapshot stops at the end's start;
-        a sink that fails is named once and tried again next time."""
+    def publish(self, record: dict[str, Any], deadline: float) -> None:
+        """The record to every sink, local ones first, the push within what is left of
+        ``deadline`` (``time.monotonic``). A snapshot stops at the end's start; a sink that
+        fails is named once and tried again next time."""
         from . import sinks
+
+        def push() -> None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no time left before the deadline")
+            _metrics().push(self.pushgateway, record, left)
 
         for name, write in (
             (USAGE_FILE, lambda: self.file and sinks.write_json(self.file, record)),
             (TERMINATION_LOG, lambda: self.termination and self.termination.write(record)),
             (TEXTFILE_DIR, lambda: self.textfile and _metrics().write_textfile(self.textfile,
                                                                                record)),
-            (PUSHGATEWAY, lambda: self.pushgateway and _metrics().push(self.pushgateway, record)),
+            (PUSHGATEWAY, lambda: self.pushgateway and push()),
         ):  # fmt: skip
             if self.done and not record["final"]:
                 return
@@ -144,7 +156,7 @@ class Report:
             self.wake.wait(self.interval)
             self.wake.clear()
             if self.final is not None:
-                self.publish(self.final)
+                self.publish(self.final, self.deadline - EXIT_MARGIN_S)
                 return
             reason, self.signalled = self.signalled, None
             if self.done or not (self.sinks or self.meter.sampled is not None):
@@ -152,7 +164,8 @@ class Report:
             try:
                 self.meter.sample()
                 if self.sinks:
-                    self.publish(self.record(reason or "snapshot", final=False))
+                    record = self.record(reason or "snapshot", final=False)
+                    self.publish(record, time.monotonic() + SNAPSHOT_PUSH_S)
             except Exception as exc:
                 if self.level == "debug":
                     emit("debug", f"usage report: snapshot failed ({_reason(exc)})")
@@ -170,6 +183,7 @@ class Report:
             if self.done:
                 return
             self.done = True
+        self.deadline = time.monotonic() + EXIT_DEADLINE_S
         members = collect(self.job)
         record = self.record(self.exception or reason, final=True, members=members)
         if self.level != "quiet" and (self.job.lead or self.level == "debug"):
@@ -180,7 +194,7 @@ class Report:
             return
         self.final = record
         self.wake.set()
-        self.thread.join(EXIT_DEADLINE_S)
+        self.thread.join(max(0.0, self.deadline - time.monotonic()))
         if self.thread.is_alive():
             emit("warning", f"usage report: the sinks did not finish within {EXIT_DEADLINE_S:g} s "
                             "at the end; the process ends without waiting longer")  # fmt: skip
@@ -200,7 +214,7 @@ def _metrics() -> Any:
 
 def _reason(exc: BaseException) -> str:
     text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-    return text.splitlines()[0][:200]
+    return hide_credentials(text.splitlines()[0][:200])
 
 
 def _control(env: Mapping[str, str], name: str) -> Any:

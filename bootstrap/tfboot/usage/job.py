@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..provenance import TFBOOT, writer
+from .schema import loads, problem
 
 RUN = "TFBOOT_USAGE_RUN"
 MAX_MEMBERS = 1024  # records read back from the drop directory, at most
@@ -146,9 +147,9 @@ def collect(job: Job) -> list[dict[str, Any]]:
             os.unlink(path)
         except OSError:
             continue
-        with contextlib.suppress(ValueError, RecursionError):
-            record = json.loads(data) if len(data) <= MAX_RECORD_BYTES else None
-            if isinstance(record, dict):
+        with contextlib.suppress(ValueError):
+            record = loads(data) if len(data) <= MAX_RECORD_BYTES else None
+            if problem(record) is None:
                 found.append(record)
     with contextlib.suppress(OSError):
         for name in os.listdir(job.drop):

@@ -20,10 +20,13 @@ from ..budget import Budget
 from ..executor import peaks
 from ..node import counters
 from ..node.cuda import cuda_devices
+from ..node.cpu import cpu_budget
 from ..node.hostmem import memory_budget
 from ..node.nvml import process_memory, read_inventory
+from ..node.proctree import Tree
+from .schema import SCHEMA
+from .scope import TREE, covers
 
-SCHEMA = "tfboot.usage/v1"
 MIB = 1 << 20
 # Labels a record carries from the environment: (label, variables tried in order).
 LABELS = (
@@ -71,7 +74,10 @@ class Framework(tuple[Any, str]):
 
 
 class Meter:
-    """The baseline of a run, and its records."""
+    """The baseline of a run, and its records. Host memory and CPU cover the cgroup where
+    it is the job's, else the job's own process tree (``scope``); the limits are read again
+    at each sample, so a limit changed while the job runs (an in-place Pod resize, ``docker
+    update``) is the one the record judges against, the earlier ones named."""
 
     def __init__(self, budget: Budget, threads: int | None, env: Mapping[str, str], job: str):
         self.env = dict(env)
@@ -79,24 +85,61 @@ class Meter:
         self.threads = threads
         self.labels = labels(env, job)
         self.started = time.time()
-        self.cpu = counters.cpu(env)
-        start = counters.memory(env)
-        self.events = dict(start.events)
-        # The highest memory.current seen, where the kernel keeps no memory.peak; else None.
-        self.sampled = start.current if start.peak is None else None
         self.pid = os.getpid()
-        # The limit in force: HOST_MEMORY_LIMIT_MB's, else the container's.
+        self.memory_cover = covers(env, "memory", self.pid)
+        self.cpu_cover = covers(env, "cpu", self.pid)
+        self.cpu = self._cpu_counters()
+        start = counters.memory(env) if self.memory_cover.cgroup else None
+        self.events = dict(start.events) if start else {}
+        # The highest figure sampled: the cgroup's memory.current where the kernel keeps no
+        # memory.peak, or the process tree's resident memory; None where the kernel keeps it.
+        self.sampled: int | None = None
+        if start is None:
+            self.sampled = Tree(self.pid).resident_bytes
+        elif start.peak is None:
+            self.sampled = start.current
+        # HOST_MEMORY_LIMIT_MB's limit when given; else the container's, read at each sample.
         host = budget.host() if budget.settings.host_memory != "host" else None
-        # The budget read the container's limit, except under HOST_MEMORY_LIMIT_MB=host.
+        self.fixed = isinstance(budget.settings.host_memory, int)  # HOST_MEMORY_LIMIT_MB=N
         memory = budget.memory if host is not None else memory_budget(env)
         if host is not None and host.limit_mib is not None:
             self.limit: tuple[int | None, str] = (host.limit_mib, host.origin)
         else:
             self.limit = (memory.limit_mib, memory.source)
+        self.quota = (budget.cpu.quota, budget.cpu.quota_source)
+        self.earlier_limits: list[dict[str, Any]] = []
+        self.earlier_quotas: list[dict[str, Any]] = []
 
-    def sample(self) -> counters.Memory:
-        """Read the memory counters; keep the highest ``memory.current`` where the kernel
-        keeps no peak."""
+    def _cpu_counters(self) -> counters.Cpu:
+        if self.cpu_cover.cgroup:
+            return counters.cpu(self.env)
+        times = os.times()
+        spent = times.user + times.system + times.children_user + times.children_system
+        return counters.Cpu(
+            spent + Tree(self.pid).cpu_seconds, f"{TREE} (/proc/PID/stat, os.times)"
+        )
+
+    def _limits(self) -> None:
+        """Read the container's limits again; a change keeps the one before, with when it
+        ended."""
+        now = _stamp(time.time())
+        if not self.fixed:
+            memory = memory_budget(self.env)
+            if (memory.limit_mib, memory.source) != self.limit and not memory.problem:
+                self.earlier_limits.append({"limit_mib": self.limit[0], "until": now})
+                self.limit = (memory.limit_mib, memory.source)
+        quota = cpu_budget(self.env)
+        if (quota.quota, quota.quota_source) != self.quota and not quota.problem:
+            self.earlier_quotas.append({"quota": self.quota[0], "until": now})
+            self.quota = (quota.quota, quota.quota_source)
+
+    def sample(self) -> counters.Memory | None:
+        """Read the limits and the memory counters; keep the highest sampled figure (the
+        cgroup's without a kernel peak, the process tree's). None: the tree is the scope."""
+        self._limits()
+        if not self.memory_cover.cgroup:
+            self.sampled = max(self.sampled or 0, Tree(self.pid).resident_bytes)
+            return None
         now = counters.memory(self.env)
         if now.peak is None and now.current is not None:
             self.sampled = max(self.sampled or 0, now.current)
@@ -162,23 +205,42 @@ class Meter:
 
     def _memory(self) -> dict[str, Any]:
         now = self.sample()
-        peak, source = now.peak, now.peak_source
-        if peak is None and now.current is not None:
-            peak, source = self.sampled, f"{now.current_source} (sampled)"
-        events = {k: v - self.events.get(k, 0) for k, v in now.events.items()}
-        return {
-            "peak_mib": mib(peak),
-            "source": source,
+        found: dict[str, Any] = {"scope": self.memory_cover.to_dict()}
+        if now is None:  # the process tree: sampled, never below a process's own peak
+            import resource
+
+            floor = (
+                max(
+                    resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+                )
+                * 1024
+            )
+            found["peak_mib"] = mib(max(self.sampled or 0, floor))
+            found["source"] = (f"{TREE} (/proc/PID/statm summed, sampled; getrusage "
+                               "ru_maxrss as a floor)")  # fmt: skip
+            events: dict[str, int] = {}
+            events_source = ""
+        else:
+            peak, source = now.peak, now.peak_source
+            if peak is None and now.current is not None:
+                peak, source = self.sampled, f"{now.current_source} (sampled)"
+            found["peak_mib"], found["source"] = mib(peak), source
+            events = {k: v - self.events.get(k, 0) for k, v in now.events.items()}
+            events_source = now.events_source
+        found.update({
             "limit_mib": self.limit[0],
             "limit_source": self.limit[1] or None,
+            "earlier_limits": self.earlier_limits,
             "oom_kills": events.get("oom_kill"),
             "high_events": events.get("high"),
             "max_events": events.get("max"),
-            "events_source": now.events_source or None,
-        }
+            "events_source": events_source or None,
+        })  # fmt: skip
+        return found
 
     def _cpu(self) -> dict[str, Any]:
-        now = counters.cpu(self.env)
+        now = self._cpu_counters()
         wall = max(now.wall - self.cpu.wall, 1e-9)
         used = max(0.0, now.seconds - self.cpu.seconds)
         throttled = None
@@ -187,8 +249,10 @@ class Meter:
             count = (now.throttled or 0) - (self.cpu.throttled or 0)
             throttled = round(count / periods, 4) if periods > 0 else 0.0
         return {
-            "quota": self.budget.cpu.quota,
-            "quota_source": self.budget.cpu.quota_source or None,
+            "scope": self.cpu_cover.to_dict(),
+            "quota": self.quota[0],
+            "quota_source": self.quota[1] or None,
+            "earlier_quotas": self.earlier_quotas,
             "schedulable": self.budget.cpu.affinity,
             "threads": self.threads,
             "used_cpus": round(used / wall, 3),

@@ -17,7 +17,6 @@ from typing import Any
 from .measure import MIB
 
 PACKAGE = "prometheus_client"
-PUSH_TIMEOUT_S = 5.0
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _QUANTITY = re.compile(r"^([0-9.]+)(m|Mi)?$")
 
@@ -119,13 +118,18 @@ def write_textfile(directory: str, record: dict[str, Any]) -> str:
     return path
 
 
-def push(url: str, record: dict[str, Any]) -> None:
-    """Push the record's metrics to a Pushgateway, grouped by job and instance (the Pod)."""
+def push(url: str, record: dict[str, Any], deadline_s: float) -> None:
+    """Push the record's metrics to a Pushgateway, grouped by job and instance (the Pod),
+    within ``deadline_s`` in all; the URL's credentials go as basic auth."""
     from prometheus_client import push_to_gateway
 
+    from .gateway import handler, split_credentials
+
+    gateway, credentials = split_credentials(url)
     labels = record["labels"]
     grouping = {"instance": labels.get("pod", "")}
     if labels.get("task"):
         grouping["task"] = labels["task"]
-    push_to_gateway(url, job=labels["job"], registry=registry(record, ("job", *grouping)),
-                    grouping_key=grouping, timeout=PUSH_TIMEOUT_S)  # fmt: skip
+    push_to_gateway(gateway, job=labels["job"], registry=registry(record, ("job", *grouping)),
+                    grouping_key=grouping, timeout=deadline_s,
+                    handler=handler(credentials, deadline_s))  # fmt: skip

@@ -15,7 +15,11 @@ from the anchors platform engineers already use (docs/usage.md):
 - ``CONTEXT_MIB`` 512 MiB: the CUDA context and libraries outside a framework's allocator,
   when NVML did not measure them (the headroom ``MEMORY_LIMIT_MB=auto`` keeps);
 - CPU at the 95th percentile (krr's), memory at the maximum (VPA's and krr's: memory is not
-  compressible).
+  compressible);
+- ``MIN_CPU_WINDOW_S`` 60 s: no CPU figure is suggested from a shorter run. VPA's
+  recommender takes one CPU sample a minute (``--recommender-interval``, 1 min) and sizes
+  from days of them; a few seconds of start-up say nothing of a job's steady need. Memory
+  is still suggested: a peak is a peak, however short the run.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ NEAR = 0.95  # a peak at this share of its budget or more counts as hitting it
 THROTTLED = 0.05  # throttled in this share of CFS periods or more: the quota is too small
 MIN_MEMORY_MIB = 250
 MIN_CPU = 0.1
+MIN_CPU_WINDOW_S = 60
 CONTEXT_MIB = 512
 ROUND_MIB = 16  # memory suggestions are whole multiples of this
 CPU_PERCENTILE = 95
@@ -76,7 +81,12 @@ def run_needs(record: dict[str, Any], unfinished_killed: bool = True) -> dict[st
             why.append(f"host memory grows from its limit {limit} MiB ({cause})")
     cpu = record.get("cpu") or {}
     cpu_need = None
-    if cpu.get("used_cpus") is not None:
+    notes: list[str] = []
+    wall = cpu.get("wall_seconds")
+    short = isinstance(wall, int | float) and wall < MIN_CPU_WINDOW_S
+    if short and cpu.get("used_cpus") is not None:
+        notes.append(f"a run of {wall:g} s gives no CPU figure (under {MIN_CPU_WINDOW_S} s)")
+    elif cpu.get("used_cpus") is not None:
         throttled = cpu.get("throttled_fraction") or 0.0
         cpu_need, grew = _grown(cpu["used_cpus"], cpu.get("quota"), throttled >= THROTTLED, 0)
         cpu_need = max(cpu_need, MIN_CPU)
@@ -84,7 +94,8 @@ def run_needs(record: dict[str, Any], unfinished_killed: bool = True) -> dict[st
             why.append(f"CPU grows from its quota {cpu.get('quota')} (throttled in "
                        f"{throttled:.1%} of periods)")  # fmt: skip
     return {"gpu_mib": gpu, "memory_mib": memory_need, "cpus": cpu_need, "why": why,
-            "context_mib": _context(record.get("gpus") or [])}  # fmt: skip
+            "notes": notes, "context_mib": _context(record.get("gpus") or []),
+            "memory_covers": ((memory.get("scope") or {}).get("covers") or "cgroup")}  # fmt: skip
 
 
 def _gpu_need(gpus: list[dict[str, Any]], why: list[str]) -> float | None:
@@ -136,6 +147,7 @@ def suggest(
     records = by_job(records)
     needs = [run_needs(r, unfinished_killed) for r in records]
     why = [w for n in needs for w in n["why"]]
+    notes = [w for n in needs for w in n["notes"]]
 
     def at(key: str, rank: float) -> float | None:
         values = [n[key] for n in needs if n[key] is not None]
@@ -145,7 +157,9 @@ def suggest(
         at("cpus", cpu_percentile)  # fmt: skip
     context = at("context_mib", 100)
     runs = f"{len(records)} run{'s' if len(records) != 1 else ''}"
-    found: dict[str, Any] = {"env": {}, "resources": {}, "slurm": {}, "sources": {}, "why": why}
+    found: dict[str, Any] = {"env": {}, "resources": {}, "slurm": {}, "sources": {}, "why": why,
+                             "notes": notes}  # fmt: skip
+    covered = sorted({n["memory_covers"] for n in needs if n["memory_mib"] is not None})
     if gpu is not None:
         cap = _up(max(gpu, MIN_MEMORY_MIB), ROUND_MIB)
         found["env"]["MEMORY_LIMIT_MB"] = str(cap)
@@ -164,8 +178,8 @@ def suggest(
         found["resources"]["limits"] = {"memory": value}
         found["slurm"]["--mem"] = f"{_up(memory, ROUND_MIB)}M"
         found["sources"]["memory"] = (
-            f"container memory peak, p{memory_percentile:g} of {runs}, +{MARGIN:.0%}; "
-            "request = limit"
+            f"memory peak ({' and '.join(covered)}), p{memory_percentile:g} of {runs}, "
+            f"+{MARGIN:.0%}; request = limit"
         )
     if cpus is not None:
         request = math.ceil(cpus * 10) / 10
@@ -194,6 +208,7 @@ def summary(suggestion: dict[str, Any]) -> str:
     slurm = " ".join(f"{k}={v}" for k, v in suggestion["slurm"].items())
     if slurm:
         parts.append(f"Slurm {slurm}")
+    parts += suggestion.get("notes") or []
     return ", ".join(parts) if parts else "nothing measured"
 
 

@@ -1,0 +1,120 @@
+"""What a usage record must hold to be read back (pure): ``tfboot suggest`` and a job's lead
+reading its members' records take nothing else.
+
+Every figure the suggestion and the ``used:`` line read is checked for its type and for a
+finite, sane range (JSON's ``NaN`` and ``Infinity`` never parse; a boolean is not a number);
+``problem`` names the first field that is not, by its path in the record, never its value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+SCHEMA = "tfboot.usage/v1"
+MAX_MIB = 1 << 30  # a PiB: far past any GPU's or node's memory
+MAX_CPUS = 1 << 20
+MAX_SECONDS = 10 * 366 * 86400  # ten years of wall time
+MAX_COUNT = 1 << 62
+MAX_GPUS = 4096
+MAX_MEMBERS = 4096
+NUMBER = (int, float)
+
+# field -> (kind, upper bound); kind "number" (>= 0, finite), "count" (int >= 0), "str",
+# "bool", "ratio" (0..1); a field may be missing or null unless listed in REQUIRED.
+GPU = {"index": ("count", MAX_GPUS), "physical": ("count", MAX_GPUS), "framework": ("str", 64),
+       "peak_mib": ("number", MAX_MIB), "cap_mib": ("number", MAX_MIB),
+       "limit_mib": ("number", MAX_MIB), "ooms": ("count", MAX_COUNT),
+       "process_mib": ("number", MAX_MIB), "context_mib": ("number", MAX_MIB),
+       "pid": ("count", MAX_COUNT), "source": ("str", 512)}  # fmt: skip
+MEMORY = {"peak_mib": ("number", MAX_MIB), "limit_mib": ("number", MAX_MIB),
+          "oom_kills": ("count", MAX_COUNT), "high_events": ("count", MAX_COUNT),
+          "max_events": ("count", MAX_COUNT), "source": ("str", 1024)}  # fmt: skip
+CPU = {"used_cpus": ("number", MAX_CPUS), "quota": ("number", MAX_CPUS),
+       "cpu_seconds": ("number", MAX_SECONDS * MAX_CPUS), "wall_seconds": ("number", MAX_SECONDS),
+       "throttled_fraction": ("ratio", 1), "threads": ("count", MAX_CPUS),
+       "source": ("str", 1024)}  # fmt: skip
+REQUIRED = {"gpu": ("index", "physical", "framework"), "cpu": (), "host_memory": ()}
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a usage record holds")
+
+
+def loads(data: bytes) -> Any:
+    """JSON without ``NaN``/``Infinity``; ``ValueError`` for anything else it cannot take
+    (nesting too deep included)."""
+    try:
+        return json.loads(data, parse_constant=_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _field(value: Any, kind: str, bound: float) -> bool:
+    if kind == "str":
+        return isinstance(value, str) and len(value) <= bound
+    if kind == "bool":
+        return isinstance(value, bool)
+    if isinstance(value, bool) or not isinstance(value, NUMBER):
+        return False
+    if kind == "count" and not isinstance(value, int):
+        return False
+    return math.isfinite(value) and 0 <= value <= bound
+
+
+def _section(section: Any, fields: dict[str, tuple[str, float]], where: str,
+             required: tuple[str, ...]) -> str | None:  # fmt: skip
+    if not isinstance(section, dict):
+        return f"{where} is not an object"
+    for name, (kind, bound) in fields.items():
+        value = section.get(name)
+        if value is None:
+            if name in required:
+                return f"{where}.{name} is missing"
+            continue
+        if not _field(value, kind, bound):
+            return (
+                f"{where}.{name} is not a {kind} from 0 to {bound:g}"
+                if kind != "str"
+                else f"{where}.{name} is not a string of at most {bound:g} characters"
+            )
+    return None
+
+
+def problem(record: Any, where: str = "the record", members: bool = True) -> str | None:
+    """What is wrong with ``record`` as a usage record, or None."""
+    if not isinstance(record, dict):
+        return f"{where} is not a JSON object"
+    if record.get("schema") != SCHEMA:
+        return f"{where} is not a tfboot usage record (expected schema {SCHEMA})"
+    if not isinstance(record.get("final", False), bool):
+        return f"{where}.final is not true or false"
+    if record.get("pid") is not None and not _field(record["pid"], "count", MAX_COUNT):
+        return f"{where}.pid is not a process id"
+    gpus = record.get("gpus")
+    if not isinstance(gpus, list) or len(gpus) > MAX_GPUS:
+        return f"{where}.gpus is missing or not a list of at most {MAX_GPUS}"
+    for number, gpu in enumerate(gpus):
+        found = _section(gpu, GPU, f"{where}.gpus[{number}]", REQUIRED["gpu"])
+        if found:
+            return found
+    for key, fields in (("host_memory", MEMORY), ("cpu", CPU)):
+        found = _section(record.get(key), fields, f"{where}.{key}", REQUIRED[key])
+        if found:
+            return found
+    run = record.get("run")
+    if run is not None and not (isinstance(run, dict) and isinstance(run.get("id"), str)
+                                and len(run["id"]) <= 256):  # fmt: skip
+        return f"{where}.run is not an object with a string id"
+    listed = record.get("members")
+    if listed is not None:
+        if not members or not isinstance(listed, list) or len(listed) > MAX_MEMBERS:
+            return f"{where}.members is not a list of at most {MAX_MEMBERS} records"
+        for number, member in enumerate(listed):
+            if isinstance(member, dict):
+                member = {"schema": SCHEMA, **member}
+            found = problem(member, f"{where}.members[{number}]", members=False)
+            if found:
+                return found
+    return None
