@@ -196,10 +196,7 @@ def test_the_termination_log_keeps_the_program_s_own_message(tmp_path: Path) -> 
     assert log.write(entry) and path.read_text().count("checkpoint failed") == 1
     path.write_text("x" * 4000)  # no room for both: the program's message wins
     assert not log.write(entry) and path.read_text() == "x" * 4000
-    assert (
-        len(sinks.termination_text(entry | {"gpus": [gpu(1, 2, source="x")] * 200}))
-        <= 4096
-    )
+    assert len(sinks.termination_text(entry | {"gpus": [gpu(1, 2, source="x")] * 200})) <= 4096
 
 
 def suggest_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -30,7 +30,6 @@ from ..budget.roles import ALONG
 from ..errors import ConfigError
 from ..executor import results
 from ..executor.result import emit
-from ..values import hide_credentials
 from ..settings import (
     CONTROL,
     LOG,
@@ -43,6 +42,7 @@ from ..settings import (
     USAGE_INTERVAL,
     read_control,
 )
+from ..values import hide_credentials
 from . import ends
 from .job import Job, collect, identify, leave, member_path
 from .measure import Framework, Meter

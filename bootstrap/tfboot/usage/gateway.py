@@ -12,6 +12,7 @@ header (as ``prometheus_client.basic_auth_handler`` does); no message names them
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import socket
 import threading
@@ -53,10 +54,8 @@ def _shut(connection: http.client.HTTPConnection, expired: threading.Event) -> N
     expired.set()
     sock = connection.sock
     if sock is not None:
-        try:
+        with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
 
 def request(url: str, method: str, headers: list[tuple[str, str]], data: bytes,

@@ -19,8 +19,8 @@ from typing import Any
 from ..budget import Budget
 from ..executor import peaks
 from ..node import counters
-from ..node.cuda import cuda_devices
 from ..node.cpu import cpu_budget
+from ..node.cuda import cuda_devices
 from ..node.hostmem import memory_budget
 from ..node.nvml import process_memory, read_inventory
 from ..node.proctree import Tree
