@@ -129,13 +129,25 @@ def _print_error(exc: ConfigError, as_json: bool) -> int:
     return 1
 
 
+def _not_started(as_json: bool) -> str | None:
+    """Why the start-up hook did not run here, printed first (text output) or returned."""
+    from ._startup import not_started
+
+    why = not_started()
+    if why is not None and not as_json:
+        print(line("warning", why))
+    return why
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from .budget.hostmemory import DataDefaults
 
+    why = _not_started(args.json)
     try:
         data = _settings_rows(_environment(args.env_file))
     except ConfigError as exc:
         return _print_error(exc, args.json)
+    data["startup"] = {"ran": why is None, "why": why}
     if args.json:
         print(json.dumps(data))
         return 0
@@ -168,6 +180,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .settings import resolve
 
     env = _environment(args.env_file)
+    why = _not_started(args.json)
     try:
         settings = resolve(env)
         cluster = _cluster(settings, env)
@@ -176,7 +189,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     given = rows(settings.given)
     given.update(cluster["given"] if cluster else {})
     if args.json:
-        print(json.dumps({"ok": True, "settings": given}))
+        print(json.dumps({"ok": True, "settings": given, "startup": {"ran": why is None,
+                                                                     "why": why}}))  # fmt: skip
     else:
         print(f"ok: {len(given)} tfboot variable(s) set, all valid")
         for name, row in given.items():
@@ -187,6 +201,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import collect, render
 
+    _not_started(args.json)
     report = collect(verify=args.verify, frameworks=args.framework or ["tensorflow"])
     print(json.dumps(report) if args.json else render(report))
     failed = any(not check["ok"] for check in report.get("verify", []))

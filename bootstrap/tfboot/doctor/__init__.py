@@ -50,26 +50,30 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
     JAX or PyTorch in the process then gets a section under ``frameworks``.
     """
     from .. import ADAPTERS
-    from .._startup import without_tensorflow_hook
+    from .._startup import not_started, uninstall, without_tensorflow_hook
     from . import frameworks as doctor
 
+    why = not_started()
+    if why is not None:  # what a plain import gets here: nothing of tfboot's
+        uninstall()
     errors = doctor.import_frameworks([f for f in frameworks if f != "tensorflow"])
     if "tensorflow" not in frameworks:
-        return {"frameworks": doctor.collect(errors)}
-    without_tensorflow_hook(
-        ADAPTERS
-    )  # apply below, catching errors, instead of failing in the import
+        return {"startup": {"ran": why is None, "why": why}, "frameworks": doctor.collect(errors)}
+    if why is None:  # apply below, catching errors, instead of failing in the import
+        without_tensorflow_hook(ADAPTERS)
     import tensorflow as tf
 
     error = None
-    try:
-        apply(tf)
-    except ConfigError as exc:
-        error = str(exc)
-    result = last_result()
+    if why is None:
+        try:
+            apply(tf)
+        except ConfigError as exc:
+            error = str(exc)
+    result = last_result() if why is None else None
     if result is None:  # refused under TFBOOT_ON_ERROR=raise: the same keys, nothing applied
         result = Result(error=error)
     report: dict[str, Any] = result.to_dict()
+    report["startup"] = {"ran": why is None, "why": why}
     report["tensorflow_version"] = tf.__version__
     physical = {kind: tf.config.list_physical_devices(kind) for kind in ("CPU", "GPU")}
     report["physical_devices"] = {k: [d.name for d in v] for k, v in physical.items()}
@@ -144,6 +148,9 @@ def render(report: dict[str, Any]) -> str:
     if "tensorflow_version" not in report:
         return "\n".join(["tfboot doctor", *render_frameworks(report["frameworks"])])
     lines = [f"tfboot doctor (TensorFlow {report['tensorflow_version']})"]
+    if not (report.get("startup") or {}).get("ran", True):
+        lines.append("  NOT STARTED: tfboot's start-up hook did not run in this interpreter; "
+                     "what follows is what a plain import got")  # fmt: skip
     if report.get("disabled"):
         lines.append("  TFBOOT_DISABLE is on: nothing was applied")
     if report.get("error"):

@@ -5,9 +5,10 @@ call starts the process's report, unless ``TFBOOT_USAGE=off``: it takes the base
 (``measure.Meter``), finds the process's place in its job (``job.identify``), and hooks the
 process's ends (``ends``: ``atexit``, the uncaught-exception hook, SIGTERM, fork).
 
-One daemon thread, the publisher, does every write to a sink: a snapshot every
-``TFBOOT_USAGE_INTERVAL`` seconds where a sink is set or memory must be sampled (so a job
-killed by the OOM killer leaves its last snapshot), and the final record. The end of the
+One daemon thread, the publisher, samples every ``TFBOOT_USAGE_INTERVAL`` seconds (the
+limits, which a resize may change, and memory where no kernel peak covers it), does every
+write to a sink (a snapshot where one is set, so a job killed by the OOM killer leaves its
+last one), and the final record. The end of the
 process builds the final record, writes its ``tfboot: used:`` line (the job's, at info
 level, from the job's lead only), hands the record to the publisher and waits for it at
 most ``EXIT_DEADLINE_S`` in all, however slowly a sink answers. The lock guards state
@@ -18,8 +19,10 @@ snapshot and at the end.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import select
 import threading
 import time
 from collections.abc import Mapping
@@ -82,8 +85,10 @@ class Report:
         self.warned: set[str] = set()
         self.exception: str | None = None
         self.done = False
-        self.wake = threading.Event()
-        self.published = threading.Event()
+        # The publisher's bell: a pipe, so a signal handler can ring it without a lock.
+        self.bell = os.pipe()
+        for end in self.bell:
+            os.set_blocking(end, False)
         self.final: dict[str, Any] | None = None  # handed to the publisher at the end
         self.signalled: str | None = None  # a snapshot asked for by a signal handler
         self.thread: threading.Thread | None = None
@@ -151,15 +156,16 @@ class Report:
 
     def run(self) -> None:
         """The publisher thread: a snapshot each interval (or when a signal asks), the final
-        record when the end hands it over (``final`` is set before ``wake``). Never raises."""
+        record when the end hands it over (``final`` is set before the bell). Never raises."""
         while True:
-            self.wake.wait(self.interval)
-            self.wake.clear()
+            with contextlib.suppress(OSError, ValueError):
+                select.select([self.bell[0]], [], [], self.interval)
+                os.read(self.bell[0], 512)
             if self.final is not None:
                 self.publish(self.final, self.deadline - EXIT_MARGIN_S)
                 return
             reason, self.signalled = self.signalled, None
-            if self.done or not (self.sinks or self.meter.sampled is not None):
+            if self.done:
                 continue
             try:
                 self.meter.sample()
@@ -170,10 +176,15 @@ class Report:
                 if self.level == "debug":
                     emit("debug", f"usage report: snapshot failed ({_reason(exc)})")
 
+    def ring(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.bell[1], b".")
+
     def snapshot(self, reason: str) -> None:
-        """Ask the publisher for a snapshot now (safe in a signal handler: no I/O here)."""
+        """Ask the publisher for a snapshot now (safe in a signal handler: no lock, no I/O
+        but one byte into a pipe)."""
         self.signalled = reason
-        self.wake.set()
+        self.ring()
 
     def finish(self, reason: str) -> None:
         """The final report, once, in the process that started it, within the deadline."""
@@ -193,7 +204,7 @@ class Report:
         if self.thread is None or not self.thread.is_alive():
             return
         self.final = record
-        self.wake.set()
+        self.ring()
         self.thread.join(max(0.0, self.deadline - time.monotonic()))
         if self.thread.is_alive():
             emit("warning", f"usage report: the sinks did not finish within {EXIT_DEADLINE_S:g} s "
@@ -269,6 +280,10 @@ def _after_fork_in_child() -> None:
     parent's (its thread did not survive the fork)."""
     global _lock, _report, _started
     _lock = threading.RLock()
+    if _report is not None:
+        for end in _report.bell:
+            with contextlib.suppress(OSError):
+                os.close(end)
     _report, _started = None, False
     _frameworks.clear()
 
