@@ -114,6 +114,8 @@ def not_started() -> "str | None":
             why = (f"tfboot is imported from {where}, which is not a site directory (a "
                    "`pip install --target` tree on PYTHONPATH): Python runs .pth files only in "
                    "site directories")  # fmt: skip
-    return (f"tfboot's start-up hook did not run in this interpreter ({why}), so a plain "
-            "`import tensorflow` (or keras, jax, torch) here gets none of these settings; "
-            "install tfboot into the interpreter's site-packages (pip install tfboot)")
+    return (
+        f"tfboot's start-up hook did not run in this interpreter ({why}), so a plain "
+        "`import tensorflow` (or keras, jax, torch) here gets none of these settings; "
+        "install tfboot into the interpreter's site-packages (pip install tfboot)"
+    )

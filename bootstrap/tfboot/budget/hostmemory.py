@@ -63,8 +63,8 @@ def host_memory(settings: Settings, cpu: CpuBudget, memory: MemoryBudget) -> Hos
         warnings = _over(origin, choice, memory)
     else:
         limit = memory.limit_mib
-        origin = (f"HOST_MEMORY_LIMIT_MB=auto: {limit} MiB from {memory.source}" if limit
-                  is not None else "HOST_MEMORY_LIMIT_MB=auto: no container memory limit found")  # fmt: skip
+        found = f"{limit} MiB from {memory.source}" if limit else "no container memory limit"
+        origin = f"HOST_MEMORY_LIMIT_MB=auto: {found}"
     cpus = _data_cpus(settings, cpu)
     ram = max(1, limit // RAM_SHARE) if limit is not None else None
     initial = cpus if cpus is not None and cpus < TF_INITIAL_PARALLELISM else None

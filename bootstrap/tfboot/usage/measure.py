@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -109,6 +110,7 @@ class Meter:
         self.quota = (budget.cpu.quota, budget.cpu.quota_source)
         self.earlier_limits: list[dict[str, Any]] = []
         self.earlier_quotas: list[dict[str, Any]] = []
+        self.lock = threading.Lock()  # held for no I/O: a fork never inherits it taken
 
     def _cpu_counters(self) -> counters.Cpu:
         if self.cpu_cover.cgroup:
@@ -121,17 +123,18 @@ class Meter:
 
     def _limits(self) -> None:
         """Read the container's limits again; a change keeps the one before, with when it
-        ended."""
+        ended. The files are read outside the lock, which guards only the comparison (the
+        publisher and the end may both sample)."""
         now = _stamp(time.time())
-        if not self.fixed:
-            memory = memory_budget(self.env)
-            if (memory.limit_mib, memory.source) != self.limit and not memory.problem:
+        memory = None if self.fixed else memory_budget(self.env)
+        quota = cpu_budget(self.env)
+        with self.lock:
+            if memory is not None and not memory.problem and memory.limit_mib != self.limit[0]:
                 self.earlier_limits.append({"limit_mib": self.limit[0], "until": now})
                 self.limit = (memory.limit_mib, memory.source)
-        quota = cpu_budget(self.env)
-        if (quota.quota, quota.quota_source) != self.quota and not quota.problem:
-            self.earlier_quotas.append({"quota": self.quota[0], "until": now})
-            self.quota = (quota.quota, quota.quota_source)
+            if not quota.problem and quota.quota != self.quota[0]:
+                self.earlier_quotas.append({"quota": self.quota[0], "until": now})
+                self.quota = (quota.quota, quota.quota_source)
 
     def sample(self) -> counters.Memory | None:
         """Read the limits and the memory counters; keep the highest sampled figure (the
