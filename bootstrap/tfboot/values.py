@@ -51,15 +51,23 @@ def positive(text: str) -> int | None:
     return number if number else None
 
 
-# A URL's user information: after the scheme (or at the start, as ``user:secret@host``) up to
-# the last "@" (a password may hold "/" or "@" itself).
-_CREDENTIALS = re.compile(r"^(\s*[A-Za-z][A-Za-z0-9+.-]*://|\s*(?=[^/@\s]*:))(.*)@", re.DOTALL)
+_SCHEME = re.compile(r"\s*[A-Za-z][A-Za-z0-9+.-]*://")
 HIDDEN = "***"
 
 
 def hide_credentials(value: str) -> str:
-    """``value`` with a URL's user name and password replaced by ``***``."""
-    return _CREDENTIALS.sub(lambda m: f"{m.group(1)}{HIDDEN}@", value, count=1)
+    """``value`` with a URL's user information replaced by ``***``: after the scheme, or
+    from the start of a value without one that holds a colon before its "@" (``user:secret@
+    host``), up to the last "@" (a password may hold "/" or "@" itself)."""
+    at = value.rfind("@")
+    if at < 0:
+        return value
+    scheme = _SCHEME.match(value)
+    if scheme is not None and scheme.end() <= at:
+        return value[: scheme.end()] + HIDDEN + value[at:]
+    if ":" in value[:at]:
+        return HIDDEN + value[at:]
+    return value
 
 
 def shorten(value: str) -> str:

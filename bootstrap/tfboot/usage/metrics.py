@@ -27,7 +27,7 @@ def registry(record: dict[str, Any], omit: tuple[str, ...] = ()) -> Any:
     from prometheus_client import CollectorRegistry, Counter, Gauge
 
     found = CollectorRegistry()
-    labels = {k: v for k, v in record["labels"].items() if k not in omit}
+    labels = {k: v for k, v in (record.get("labels") or {"job": "tfboot"}).items() if k not in omit}
     names = sorted(labels)
     made: dict[str, Any] = {}
 
@@ -40,14 +40,14 @@ def registry(record: dict[str, Any], omit: tuple[str, ...] = ()) -> Any:
             made[name] = Gauge(name, help_text, keys, registry=found)
         made[name].labels(**labels, **(extra or {})).set(value)
 
-    for gpu in record["gpus"]:
-        extra = {"gpu": str(gpu["index"]), "framework": gpu["framework"]}
+    for gpu in record.get("gpus") or []:
+        extra = {"gpu": str(gpu.get("index")), "framework": str(gpu.get("framework"))}
         gauge("tfboot_gpu_memory_peak_bytes", "GPU memory the framework's allocator peaked at",
-              gpu["peak_mib"] * MIB, extra)  # fmt: skip
+              _bytes(gpu.get("peak_mib")), extra)  # fmt: skip
         cap = gpu.get("cap_mib")
         gauge("tfboot_gpu_memory_cap_bytes", "The GPU memory cap tfboot set",
               None if cap is None else cap * MIB, extra)  # fmt: skip
-    memory = record["host_memory"]
+    memory = record.get("host_memory") or {}
     gauge("tfboot_host_memory_peak_bytes", "The container's memory peak",
           _bytes(memory.get("peak_mib")))  # fmt: skip
     gauge("tfboot_host_memory_limit_bytes", "The host-memory limit in force",
@@ -58,18 +58,20 @@ def registry(record: dict[str, Any], omit: tuple[str, ...] = ()) -> Any:
     ):
         if memory.get(key) is not None:
             Counter(name, text, names, registry=found).labels(**labels).inc(memory[key])
-    cpu = record["cpu"]
-    Counter("tfboot_cpu_usage_seconds", "CPU time used during the run", names,
-            registry=found).labels(**labels).inc(cpu["cpu_seconds"])  # fmt: skip
+    cpu = record.get("cpu") or {}
+    if cpu.get("cpu_seconds") is not None:
+        Counter("tfboot_cpu_usage_seconds", "CPU time used during the run", names,
+                registry=found).labels(**labels).inc(cpu["cpu_seconds"])  # fmt: skip
     gauge("tfboot_run_duration_seconds", "Wall time since tfboot configured the framework",
-          cpu["wall_seconds"])  # fmt: skip
+          cpu.get("wall_seconds"))  # fmt: skip
     quota = cpu.get("quota")
     gauge("tfboot_cpu_quota_used_ratio", "CPU used over the CPU quota",
-          None if not quota else cpu["used_cpus"] / quota)  # fmt: skip
+          None if not quota or cpu.get("used_cpus") is None
+          else cpu["used_cpus"] / quota)  # fmt: skip
     gauge("tfboot_cpu_throttled_ratio", "Share of CFS periods throttled during the run",
           cpu.get("throttled_fraction"))  # fmt: skip
     gauge("tfboot_report_final", "1 for the report at the process's end, 0 for a snapshot",
-          1.0 if record["final"] else 0.0)  # fmt: skip
+          1.0 if record.get("final") else 0.0)  # fmt: skip
     suggestion = record.get("suggest") or {}
     for kind, resources in suggestion.get("resources", {}).items():
         for resource, quantity in resources.items():

@@ -23,37 +23,53 @@ TERMINATION_BYTES = 4096  # the kubelet keeps at most this much of a termination
 def _gpu(gpu: dict[str, Any]) -> str:
     cap = f" of {gpu['cap_mib']} MiB cap" if gpu.get("cap_mib") is not None else " (no cap)"
     process = f" (pid {gpu['pid']})" if gpu.get("pid") is not None else ""
-    text = f"GPU:{gpu['index']}{process} {gpu['framework']} peak {gpu['peak_mib']} MiB{cap}"
+    text = (f"GPU:{gpu.get('index')}{process} {gpu.get('framework')} peak "
+            f"{gpu.get('peak_mib')} MiB{cap}")  # fmt: skip
     if gpu.get("ooms"):
         text += f", {gpu['ooms']} allocator OOMs"
     if gpu.get("process_mib") is not None:
         text += (f", process {gpu['process_mib']} MiB in NVML incl. CUDA context and "
-                 f"libraries {gpu['context_mib']} MiB")  # fmt: skip
+                 f"libraries {gpu.get('context_mib')} MiB")  # fmt: skip
+    return text + f" ({gpu.get('source') or 'unknown source'})"
+
+
+def _memory(memory: dict[str, Any]) -> str:
+    limit = f" of {memory['limit_mib']} MiB" if memory.get("limit_mib") else " (no limit)"
+    if memory.get("earlier_limits"):
+        limit += f" (resized from {memory['earlier_limits'][0].get('limit_mib')} MiB)"
+    peak = memory.get("peak_mib")
+    text = (f"host memory peak {'unknown' if peak is None else peak} MiB{limit} "
+            f"({memory.get('source') or 'unknown source'})")  # fmt: skip
+    counts = [f"{memory[k]} {label}" for k, label in
+              (("oom_kills", "OOM kills"), ("high_events", "memory.high events"))
+              if memory.get(k) is not None]  # fmt: skip
+    return text + (", " + ", ".join(counts) if counts else "")
+
+
+def _cpu(cpu: dict[str, Any]) -> str:
+    quota = f" of a {cpu['quota']:g}-CPU quota" if cpu.get("quota") else " (no quota)"
+    if cpu.get("earlier_quotas"):
+        quota += f" (resized from {cpu['earlier_quotas'][0].get('quota')})"
+    used, wall = cpu.get("used_cpus"), cpu.get("wall_seconds")
+    text = (f"CPU {'unknown' if used is None else f'{used:.2f}'} CPUs{quota} over "
+            f"{'unknown' if wall is None else f'{wall:g}'} s "
+            f"({cpu.get('source') or 'unknown source'})")  # fmt: skip
+    if cpu.get("throttled_fraction") is not None:
+        text += f", throttled in {cpu['throttled_fraction']:.1%} of periods"
+    if cpu.get("threads") is not None:
+        text += f", {cpu['threads']} threads"
     return text
 
 
 def used_line(record: dict[str, Any]) -> str:
     """The ``used:`` line's text: each budget's figure against it, with its source, and the
-    suggestion; for the whole job, where the record carries its members'."""
+    suggestion; for the whole job, where the record carries its members'. A figure missing
+    from a record read back is said to be unknown."""
     record = job_record([record])
     parts = [f"job of {record['processes']} processes"] if record.get("processes") else []
-    parts += [_gpu(g) + f" ({g['source']})" for g in record["gpus"]]
-    memory = record["host_memory"]
-    limit = f" of {memory['limit_mib']} MiB" if memory.get("limit_mib") else " (no limit)"
-    text = f"host memory peak {memory['peak_mib']} MiB{limit} ({memory['source']})"
-    counts = [f"{memory[k]} {label}" for k, label in
-              (("oom_kills", "OOM kills"), ("high_events", "memory.high events"))
-              if memory.get(k) is not None]  # fmt: skip
-    parts.append(text + (", " + ", ".join(counts) if counts else ""))
-    cpu = record["cpu"]
-    quota = f" of a {cpu['quota']:g}-CPU quota" if cpu.get("quota") else " (no quota)"
-    text = (f"CPU {cpu['used_cpus']:.2f} CPUs{quota} over {cpu['wall_seconds']:g} s "
-            f"({cpu['source']})")  # fmt: skip
-    if cpu.get("throttled_fraction") is not None:
-        text += f", throttled in {cpu['throttled_fraction']:.1%} of periods"
-    if cpu.get("threads") is not None:
-        text += f", {cpu['threads']} threads"
-    parts.append(text)
+    parts += [_gpu(g) for g in record.get("gpus") or []]
+    parts.append(_memory(record.get("host_memory") or {}))
+    parts.append(_cpu(record.get("cpu") or {}))
     suggestion = record.get("suggest")
     if suggestion is not None:
         parts.append("next time: " + summary(suggestion))
