@@ -129,6 +129,28 @@ def test_a_fork_pool_terminates_while_a_snapshot_push_stalls(stalling: str) -> N
     assert "terminated" in done.stdout and done.returncode == 0, done.stderr
 
 
+def test_no_lock_of_tfboot_is_inherited_taken_by_a_fork() -> None:
+    code = TORCH + """
+        import os, threading
+        import tfboot.executor as executor, tfboot.usage as usage
+        held, release = threading.Event(), threading.Event()
+        def hold():
+            with usage._lock, executor._lock:
+                held.set()
+                release.wait()
+        threading.Thread(target=hold, daemon=True).start()
+        held.wait()
+        child = os.fork()
+        if child == 0:
+            free = usage._lock.acquire(timeout=5) and executor._lock.acquire(timeout=5)
+            os._exit(0 if free else 1)
+        release.set()
+        print("child", os.waitpid(child, 0)[1], flush=True)
+    """
+    done = run(code, {}, timeout=60)
+    assert done.returncode == 0 and "child 0" in done.stdout, done.stderr
+
+
 def test_the_exit_ends_within_the_deadline_whatever_the_gateway_does(stalling: str) -> None:
     began = time.monotonic()
     done = run(TORCH, {"TFBOOT_PUSHGATEWAY": stalling}, timeout=60)

@@ -27,7 +27,16 @@ from .environ import inherited, note_writes, restore, setenv
 from .patches import PATCHES
 from .result import Result, emit, log
 
-_lock = threading.RLock()
+_lock = threading.RLock()  # a framework's hook points, one at a time
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while another thread ran a hook point gets the lock free."""
+    global _lock
+    _lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 _results: dict[str, Result] = {}  # module name -> what its framework got
 _partial: dict[str, Result] = {}  # module name -> what its earlier hook points did
 _roles: dict[str, Role] = {}  # module name -> its role, decided at its first import
