@@ -62,20 +62,11 @@ def __getattr__(name: str) -> "object":
     return value
 
 
-def _by_site() -> bool:
-    """Whether ``site`` is importing this package: tfboot's start-up file is running."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if name == "<frozen site>" or name.endswith(("/site.py", "\\site.py")):
-            return True
-        frame = frame.f_back
-    return False
-
-
-# Whether tfboot's start-up file (tfboot.pth, tfboot.start) ran in this interpreter: without
-# it (a --target tree on PYTHONPATH, python -S) a plain framework import is not configured.
-STARTED = _by_site()
+# Whether tfboot's start-up file imports this package, so the start-up hook runs in this
+# interpreter: ``site`` processes .pth and .start files before it adds ``help`` to the
+# builtins. Without it (a --target tree on PYTHONPATH, python -S) a plain framework import
+# is not configured, and the commands say so.
+STARTED = not sys.flags.no_site and not hasattr(sys.modules["builtins"], "help")
 
 # The package itself is the finder: a class would cost more at every interpreter start.
 if sys.modules[__name__] not in sys.meta_path:
