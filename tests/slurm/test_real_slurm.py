@@ -198,3 +198,32 @@ def test_a_lost_task_ends_the_step_in_seconds_and_is_named(
             "cluster: SIGTERM: this task is being ended; peers no longer answering: "
             "worker 2 at node10:8888 (refused)" in err
         ), err
+
+
+def test_the_tasks_of_a_step_give_one_used_line_and_every_task_s_record(
+    slurm: Slurm, tmp_path: Path
+) -> None:
+    """One job, one report: task 0 of the step speaks at info level; every task writes its
+    own record (the others named by pid), and ``tfboot suggest`` merges them as one run."""
+    script = tmp_path / "task.py"
+    script.write_text("import os, torch\nprint('task', os.environ['SLURM_PROCID'])\n")
+    usage = tmp_path / "usage.json"
+    extra = {"CPU_THREADS": "1", "TFBOOT_USAGE_FILE": str(usage)}
+    done = srun(slurm, tmp_path / "out", ["-N2", "-n3"], extra, script)
+    assert done.returncode == 0, done.stderr
+    lines = [
+        [line for line in (tmp_path / "out" / f"task-{t}.err").read_text().splitlines()
+         if line.startswith("tfboot: used:")]
+        for t in range(3)
+    ]  # fmt: skip
+    assert [len(found) for found in lines] == [1, 0, 0]
+    records = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("usage*.json"))]
+    assert len(records) == 3 and len({r["pid"] for r in records}) == 3
+    assert len({r["run"]["id"] for r in records}) == 1
+    assert [r["run"]["lead"] for r in records].count(True) == 1
+    merged = subprocess.run(
+        [PYTHON, "-m", "tfboot", "suggest", "--json", *map(str, tmp_path.glob("usage*.json"))],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert merged.returncode == 0, merged.stderr
+    assert "1 run" in json.loads(merged.stdout)["suggest"]["sources"]["memory"]
