@@ -130,7 +130,9 @@ def test_a_fork_pool_terminates_while_a_snapshot_push_stalls(stalling: str) -> N
 
 
 def test_no_lock_of_tfboot_is_inherited_taken_by_a_fork() -> None:
-    code = TORCH + """
+    code = (
+        TORCH
+        + """
         import os, threading
         import tfboot.executor as executor, tfboot.usage as usage
         held, release = threading.Event(), threading.Event()
@@ -147,6 +149,7 @@ def test_no_lock_of_tfboot_is_inherited_taken_by_a_fork() -> None:
         release.set()
         print("child", os.waitpid(child, 0)[1], flush=True)
     """
+    )
     done = run(code, {}, timeout=60)
     assert done.returncode == 0 and "child 0" in done.stdout, done.stderr
 
