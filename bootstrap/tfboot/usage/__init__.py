@@ -72,7 +72,13 @@ class Report:
         self.level = _control(env, LOG)
         self.interval = _control(env, USAGE_INTERVAL)
         file, log = _control(env, USAGE_FILE), _control(env, TERMINATION_LOG)
-        self.file = member_path(_expand(file), job) if file else None
+        # A member whose lead collects its record writes no file of its own (its record is in
+        # the lead's), unless its path holds {pid}; the file is its fallback if the drop fails.
+        path = member_path(_expand(file), job) if file else None
+        collected = bool(file) and "{pid}" not in file and job.parent is not None and \
+            job.drop is not None  # fmt: skip
+        self.file = None if collected else path
+        self.fallback = path if collected else None
         log = _expand(log) if log else None
         self.termination: TerminationLog | None = None
         if log is not None and job.lead and _writable(log):  # the container's: the lead's
@@ -91,6 +97,7 @@ class Report:
             os.set_blocking(end, False)
         self.final: dict[str, Any] | None = None  # handed to the publisher at the end
         self.signalled: str | None = None  # a snapshot asked for by a signal handler
+        self.signals: list[str] = []  # each signal the process got that did not end it
         self.thread: threading.Thread | None = None
         self.deadline = 0.0  # when the end's publishing must be over (time.monotonic)
         exported = self.textfile or self.pushgateway
@@ -112,6 +119,7 @@ class Report:
 
         record = self.meter.record(self.frameworks, reason, final)
         record["run"] = self.job.to_dict()
+        record["signals"] = list(self.signals)
         if members:
             record["members"] = [trimmed(m) for m in members]
         record["suggest"] = suggest([record], unfinished_killed=False)
@@ -142,8 +150,11 @@ class Report:
                 write()
             except Exception as exc:
                 self._failed(name, exc, record["final"])
-        if record["final"]:
-            leave(self.job, record)
+        if record["final"] and not leave(self.job, record) and self.fallback:
+            try:
+                sinks.write_json(self.fallback, record)
+            except Exception as exc:
+                self._failed(USAGE_FILE, exc, True)
 
     def _failed(self, name: str, exc: BaseException, final: bool) -> None:
         if final:
@@ -184,6 +195,7 @@ class Report:
         """Ask the publisher for a snapshot now (safe in a signal handler: no lock, no I/O
         but one byte into a pipe)."""
         self.signalled = reason
+        self.signals.append(f"{reason} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
         self.ring()
 
     def finish(self, reason: str) -> None:
