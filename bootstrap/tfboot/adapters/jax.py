@@ -6,9 +6,16 @@ when it starts a backend, so it is set at ``import jax``, before JAX's code runs
 - ``VISIBLE_GPU``: ``JAX_CUDA_VISIBLE_DEVICES`` (JAX's alone; other frameworks keep
   theirs); ``none`` is ``JAX_PLATFORMS=cpu``.
 - ``MEMORY_LIMIT_MB``: ``XLA_CLIENT_MEM_FRACTION``, the cap over the GPU's total memory
-  (NVML), rounded down to 6 decimals so it never passes the cap.
+  (NVML), rounded down to 6 decimals so it never passes the cap; before jaxlib 0.4.32,
+  which reads only the old name, ``XLA_PYTHON_CLIENT_MEM_FRACTION``. Never both: from
+  0.4.32 on, jaxlib refuses both set (``ValueError`` at the GPU's start).
 - ``MEMORY_GROWTH``: ``XLA_PYTHON_CLIENT_PREALLOCATE`` (``false`` grows on demand).
-- ``VIRTUAL_SPLIT`` on a host without GPUs: ``JAX_NUM_CPU_DEVICES``.
+- ``VIRTUAL_SPLIT`` on a host without GPUs: ``JAX_NUM_CPU_DEVICES``; before JAX 0.5.1,
+  which reads no such variable, ``--xla_force_host_platform_device_count`` in
+  ``XLA_FLAGS``, added to the user's flags.
+
+The installed JAX's and jaxlib's versions are read first (``node.versions``), and each
+variable is written only to a version that reads it (docs/seams.md, versions column).
 - ``REQUIRE_GPU``: ``JAX_PLATFORMS=cuda``, so JAX fails instead of falling back to CPU.
 - ``CPU_THREADS``: the size of the CPU client's pool (see ``apply``).
 """
@@ -25,6 +32,8 @@ from ..budget.roles import NAMES, Role, decide
 from ..errors import ConfigError, Problem
 from ..node.cuda import cuda_devices
 from ..node.nvml import read_inventory
+from ..node.versions import Version, installed, shown
+from ..node.xlaflags import flag as xla_flag_text
 from ..node.xlaflags import value as xla_flag
 from ..provenance import user_value
 from ..settings import Settings
@@ -49,7 +58,16 @@ PLATFORMS_ENV = "JAX_PLATFORMS"
 VISIBLE_ENV = "JAX_CUDA_VISIBLE_DEVICES"
 CPU_DEVICES_ENV = "JAX_NUM_CPU_DEVICES"
 HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"  # read when JAX's count is unset
-WRITES = (VISIBLE_ENV, PLATFORMS_ENV, FRACTION_ENV, PREALLOCATE_ENV, CPU_DEVICES_ENV)
+XLA_FLAGS_ENV = "XLA_FLAGS"
+WRITES = (VISIBLE_ENV, PLATFORMS_ENV, FRACTION_ENV, OLD_FRACTION_ENV, PREALLOCATE_ENV,
+          CPU_DEVICES_ENV, XLA_FLAGS_ENV)  # fmt: skip
+# The first version that reads each variable whose reader moved (docs/seams.md):
+# JAX_NUM_CPU_DEVICES: jax/_src/config.py, int_state("jax_num_cpu_devices") from JAX 0.5.1
+# (0.5.0's is a flag with no environment read); XLA_CLIENT_MEM_FRACTION: jaxlib/xla_client.py,
+# generate_pjrt_gpu_plugin_options, from jaxlib 0.4.32 (0.4.30 and 0.4.31 read only the old
+# name; from 0.4.32 both set raise ValueError).
+CPU_DEVICES_FROM = (0, 5, 1)
+FRACTION_FROM = (0, 4, 32)
 DECIMALS = 6
 
 
@@ -84,48 +102,55 @@ def facts(stage: str, budget: Budget, read: Read) -> dict[str, Any]:
     if stage == "after":
         return {"pool": _pool_problem(read)}
     totals = _gpus(budget.env) if budget.settings.device_given() else ()
-    return {"totals": totals, "narrowed": cuda_devices(budget.env, len(totals))[1]}
+    return {"totals": totals, "narrowed": cuda_devices(budget.env, len(totals))[1],
+            "jax": installed("jax"), "jaxlib": installed("jaxlib")}  # fmt: skip
 
 
 def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
     """``before``: JAX's environment; ``after``: its CPU client's pool."""
     if stage == "after":
         return _pool(budget, facts["pool"])
-    return plan_jax(budget, facts["totals"], facts["narrowed"])
+    return plan_jax(budget, facts["totals"], facts["narrowed"], facts["jax"], facts["jaxlib"])
 
 
-def plan_jax(budget: Budget, totals: tuple[int, ...], narrowed: bool = False) -> Plan:
+def plan_jax(budget: Budget, totals: tuple[int, ...], narrowed: bool = False,
+             jax: Version | None = None, jaxlib: Version | None = None) -> Plan:  # fmt: skip
     """JAX's environment; ``totals``: total bytes of each GPU JAX will list (none: no GPU).
 
     ``narrowed``: CUDA_VISIBLE_DEVICES already holds only the visible GPUs (set for PyTorch).
+    ``jax``, ``jaxlib``: the installed versions (None: unknown, taken as the newest).
     """
     settings, env = budget.settings, budget.env
     plan = Plan(NAME, budget.role)
     _refusals(plan, settings)
     gpu_count = len(totals)
     if gpu_count and settings.visible_gpu != ():
-        _plan_gpus(plan, budget, totals, narrowed)
+        _plan_gpus(plan, budget, totals, narrowed, jaxlib)
     else:
         warning = no_gpu(settings, gpu_count > 0, NAME, plan.role.runs_model)
         plan.warnings += [warning] if warning else []
         if gpu_count and plan.setenv(env, PLATFORMS_ENV, "cpu", settings, "VISIBLE_GPU"):  # none
             plan.decisions.append(f"no GPU: {PLATFORMS_ENV}=cpu ({settings.shown('VISIBLE_GPU')})")
         count = cpu_split(settings)
-        if count > 1 and _host_devices(plan, budget, count):
-            why = settings.shown("VIRTUAL_SPLIT")
+        how = _host_devices(plan, budget, count, jax) if count > 1 else None
+        if how is not None:
             plan.cpu_logical = count
-            plan.decisions.append(f"{count} CPU devices via {CPU_DEVICES_ENV} ({why}, no GPU)")
+            why = settings.shown("VIRTUAL_SPLIT")
+            plan.decisions.append(f"{count} CPU devices via {how} ({why}, no GPU)")
     plan.warnings += budget.threads(NAME).warnings
     plan.check()
     return plan
 
 
-def _host_devices(plan: Plan, budget: Budget, count: int) -> bool:
+def _host_devices(plan: Plan, budget: Budget, count: int, jax: Version | None) -> str | None:
     """``JAX_NUM_CPU_DEVICES`` for ``VIRTUAL_SPLIT``; it overrides the XLA flag JAX reads when
     it is unset (jax/_src/xla_bridge.py, JAX 0.10.2, ``num_cpu_devices``), so a user's flag
-    with another count is a contradiction, never silently beaten."""
+    with another count is a contradiction, never silently beaten. Before JAX 0.5.1, which
+    reads no ``JAX_NUM_CPU_DEVICES``, the flag itself, added to the user's ``XLA_FLAGS``.
+    What carries the count, or None (a contradiction)."""
     settings, env = budget.settings, budget.env
-    given = xla_flag(user_value(env, "XLA_FLAGS") or "", HOST_DEVICES_FLAG)
+    flags = user_value(env, XLA_FLAGS_ENV) or ""
+    given = xla_flag(flags, HOST_DEVICES_FLAG)
     if given is not None and number(given) != count:
         plan.problems.append(
             Problem(
@@ -135,8 +160,17 @@ def _host_devices(plan: Plan, budget: Budget, count: int) -> bool:
                 "set only one of them",
             )
         )
-        return False
-    return plan.setenv(env, CPU_DEVICES_ENV, str(count), settings, "VIRTUAL_SPLIT", number)
+        return None
+    if jax is not None and jax < CPU_DEVICES_FROM:
+        shown_flag = f"{HOST_DEVICES_FLAG}={count}"
+        if given is None:
+            added = xla_flag_text(HOST_DEVICES_FLAG, str(count))
+            plan.environ[XLA_FLAGS_ENV] = f"{flags.strip()} {added}".strip()
+        return (f"{XLA_FLAGS_ENV} {shown_flag} (JAX {shown(jax)} reads no {CPU_DEVICES_ENV}, "
+                f"from {shown(CPU_DEVICES_FROM)})")  # fmt: skip
+    if plan.setenv(env, CPU_DEVICES_ENV, str(count), settings, "VIRTUAL_SPLIT", number):
+        return CPU_DEVICES_ENV
+    return None
 
 
 def _pool(budget: Budget, problem: str | None) -> Plan:
@@ -210,7 +244,8 @@ def _refusals(plan: Plan, settings: Settings) -> None:
         )
 
 
-def _plan_gpus(plan: Plan, budget: Budget, totals: tuple[int, ...], narrowed: bool) -> None:
+def _plan_gpus(plan: Plan, budget: Budget, totals: tuple[int, ...], narrowed: bool,
+               jaxlib: Version | None) -> None:  # fmt: skip
     settings, env = budget.settings, budget.env
     gpus = budget.gpus(len(totals), f"{NAME} will list")
     visible = gpus.visible
@@ -235,7 +270,7 @@ def _plan_gpus(plan: Plan, budget: Budget, totals: tuple[int, ...], narrowed: bo
         plan.refuse(settings, "VIRTUAL_SPLIT", "JAX has no logical GPUs: one device per GPU")
     caps = gpus.caps
     if caps and all(c is not None for c in caps):
-        _plan_cap(plan, settings, min(c for c in caps if c is not None), max(totals), env)
+        _plan_cap(plan, settings, min(c for c in caps if c is not None), max(totals), env, jaxlib)
     growth = settings.memory_growth
     if growth is not None and plan.setenv(
         env, PREALLOCATE_ENV, str(not growth).lower(), settings, "MEMORY_GROWTH", preallocates
@@ -247,26 +282,37 @@ def _plan_gpus(plan: Plan, budget: Budget, totals: tuple[int, ...], narrowed: bo
         )
 
 
-def _plan_cap(plan: Plan, settings: Settings, cap: int, total: int, env: Mapping[str, str]) -> None:
+def _plan_cap(plan: Plan, settings: Settings, cap: int, total: int, env: Mapping[str, str],
+              jaxlib: Version | None) -> None:  # fmt: skip
+    """The cap as the fraction name this jaxlib reads, never both names: a user's value of
+    either name with the same meaning is kept and tfboot writes none."""
     total_mib = total >> 20
     if cap > total_mib:
         raise ConfigError(
             cap_over_gpu(settings.given["MEMORY_LIMIT_MB"][0], cap, total_mib, "the GPU")
         )
     fraction = fraction_text(cap, total)
-    if not plan.agrees(env, OLD_FRACTION_ENV, fraction, settings, "MEMORY_LIMIT_MB", number):
+    names = (FRACTION_ENV, OLD_FRACTION_ENV)
+    if not all(plan.agrees(env, n, fraction, settings, "MEMORY_LIMIT_MB", number) for n in names):
         return
-    if not plan.setenv(env, FRACTION_ENV, fraction, settings, "MEMORY_LIMIT_MB", number):
-        return
+    reads_new = jaxlib is None or jaxlib >= FRACTION_FROM
+    name = FRACTION_ENV if reads_new else OLD_FRACTION_ENV
+    # A jaxlib that reads both refuses both set; one that reads the old name only ignores
+    # the new one, so the old name is written beside a user's new one.
+    theirs = [n for n in (names if reads_new else (OLD_FRACTION_ENV,)) if user_value(env, n)]
+    if not theirs:
+        plan.environ[name] = fraction
+    how = f"{theirs[0]}={fraction} (yours)" if theirs else f"{name}={fraction}"
+    if name != FRACTION_ENV:
+        how += f" (jaxlib {shown(jaxlib)} reads no {FRACTION_ENV}, from {shown(FRACTION_FROM)})"
     plan.decisions.append(
-        f"memory capped at {FRACTION_ENV}={fraction} of {total_mib} MiB "
-        f"({settings.shown('MEMORY_LIMIT_MB')})"
+        f"memory capped at {how} of {total_mib} MiB ({settings.shown('MEMORY_LIMIT_MB')})"
     )
     allocator = user_value(env, ALLOCATOR_ENV)
     if allocator is not None and allocator.lower() == "platform":
         plan.warnings.append(
-            f"{ALLOCATOR_ENV}={allocator}: JAX then ignores {FRACTION_ENV}, so the cap does not "
-            f"hold; unset {ALLOCATOR_ENV}"
+            f"{ALLOCATOR_ENV}={allocator}: JAX then ignores the memory fraction, so the cap "
+            f"does not hold; unset {ALLOCATOR_ENV}"
         )
 
 

@@ -1,0 +1,114 @@
+"""JAX at the versions where what it reads moved, each in an environment of its own (built
+by scripts/test.sh from requirements/jax-*.txt; the test environment holds the newest):
+every claim is read back from JAX itself, and every variable tfboot writes is one that
+version reads.
+
+- ``VIRTUAL_SPLIT`` without a GPU: ``JAX_NUM_CPU_DEVICES`` is read only from JAX 0.5.1; before,
+  the count goes through ``--xla_force_host_platform_device_count`` in ``XLA_FLAGS``. Read
+  back: ``jax.devices()``.
+- ``MEMORY_LIMIT_MB``: ``XLA_CLIENT_MEM_FRACTION`` is read only from jaxlib 0.4.32; 0.4.30
+  and 0.4.31 read ``XLA_PYTHON_CLIENT_MEM_FRACTION``, and from 0.4.32 both set raise. No GPU
+  here, so the plan is made for an 80 GiB GPU and its variables handed to that version's
+  own reader, ``jaxlib.xla_client.generate_pjrt_gpu_plugin_options`` (what JAX's CUDA plugin
+  calls at the GPU's start).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import REPO, scenario_env, unavailable
+from tfboot.adapters.jax import plan_jax
+from tfboot.budget import make_budget
+from tfboot.node.versions import installed, parse
+from tfboot.settings import resolve
+
+pytestmark = pytest.mark.tf  # real frameworks in subprocesses
+GIB = 1 << 30
+MATRIX = ("0.4.30", "0.4.38", "0.5.0")
+
+
+def python(version: str) -> str:
+    """The interpreter of JAX ``version``'s environment; the test environment's for the newest."""
+    if version == "newest":
+        return sys.executable
+    found = REPO / f".venv-jax-{version}" / "bin" / "python"
+    if not found.exists():
+        unavailable(f"no {found.parent.parent.name} (scripts/test.sh builds the JAX matrix)")
+    return str(found)
+
+
+def run(version: str, code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([python(version), "-c", code], env=scenario_env(env), text=True,
+                          capture_output=True, timeout=300, cwd=Path("/"))  # fmt: skip
+
+
+def version_of(version: str, package: str) -> tuple[int, ...]:
+    done = run(version, f"from tfboot.node.versions import installed\n"
+                        f"print(installed({package!r}))", {})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return tuple(json.loads(done.stdout.replace("(", "[").replace(")", "]").replace(",]", "]")))
+
+
+@pytest.mark.parametrize("version", [*MATRIX, "newest"])
+def test_a_cpu_split_reaches_jax_through_what_it_reads(version: str) -> None:
+    done = run(version, "import jax; print(len(jax.devices()), jax.__version__)",
+               {"VIRTUAL_SPLIT": "3"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    count, reported = done.stdout.split()
+    assert count == "3", done.stderr
+    configured = next(x for x in done.stderr.splitlines() if "configured JAX" in x)
+    carried = "JAX_NUM_CPU_DEVICES" if parse(reported) >= (0, 5, 1) else "XLA_FLAGS"
+    assert f"3 CPU devices via {carried}" in configured, configured
+
+
+@pytest.mark.parametrize("version", [*MATRIX, "newest"])
+def test_a_user_s_xla_flags_are_kept_beside_the_count(version: str) -> None:
+    code = "import jax, os; print(len(jax.devices()), os.environ['XLA_FLAGS'])"
+    done = run(version, code, {"VIRTUAL_SPLIT": "2", "XLA_FLAGS": "--xla_dump_to=/tmp/none"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[:2] == ["2", "--xla_dump_to=/tmp/none"]
+
+
+READ_BACK = """
+import json, os
+from jaxlib import xla_client
+os.environ.update(json.loads({environ!r}))
+try:
+    print(json.dumps({{"options": {{k: str(v) for k, v in
+                                    xla_client.generate_pjrt_gpu_plugin_options().items()}}}}))
+except ValueError as exc:
+    print(json.dumps({{"error": str(exc)}}))
+"""
+
+
+@pytest.mark.parametrize(
+    "user", [None, "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_CLIENT_MEM_FRACTION"]
+)
+@pytest.mark.parametrize("version", [*MATRIX, "newest"])
+def test_the_memory_cap_is_the_fraction_that_jaxlib_reads(version: str, user: str | None) -> None:
+    jaxlib = installed("jaxlib") if version == "newest" else version_of(version, "jaxlib")
+    env = {"MEMORY_LIMIT_MB": "8192"}
+    fraction = "0.100000"  # 8 GiB of 80 GiB
+    if user is not None:
+        env[user] = fraction  # the same meaning: kept, and tfboot writes no other name
+    budget = make_budget(resolve(env), env)
+    plan = plan_jax(budget, (80 * GIB,), jaxlib=jaxlib)
+    reads_new = jaxlib >= (0, 4, 32)
+    expected = "XLA_CLIENT_MEM_FRACTION" if reads_new else "XLA_PYTHON_CLIENT_MEM_FRACTION"
+    if user is None or (user == "XLA_CLIENT_MEM_FRACTION" and not reads_new):
+        # Nothing set, or only a name this jaxlib ignores: tfboot writes the one it reads.
+        assert plan.environ == {expected: fraction}
+    else:
+        assert plan.environ == {}  # the user's name is read: kept, no second name written
+        assert f"{user}={fraction} (yours)" in plan.decisions[0]
+    environ = {**{k: v for k, v in env.items() if k != "MEMORY_LIMIT_MB"}, **plan.environ}
+    done = run(version, READ_BACK.format(environ=json.dumps(environ)), {})
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found == {"options": found.get("options")}, found  # never jaxlib's ValueError
+    assert float(found["options"]["memory_fraction"]) == pytest.approx(0.1)
