@@ -4,6 +4,6 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 rm -rf dist
 .venv/bin/python -m pip wheel -q --no-deps -w dist .
-for env in .venv .venv-nightly .venv-jax-*; do
+for env in .venv .venv-nightly .venv-jax-* .venv-tf-*; do
     [ -x "$env/bin/python" ] && "$env/bin/python" -m pip install -q --force-reinstall --no-deps dist/tfboot-*.whl
 done

@@ -35,11 +35,13 @@ venv() {  # venv DIR REQUIREMENTS
     [ -x "$1/bin/python" ] || "$python" -m venv "$1"
     "$1/bin/python" -m pip install -q --disable-pip-version-check -r "$2"
 }
-say "preparing .venv, .venv-nightly and the JAX version matrix"
+say "preparing .venv, .venv-nightly and the version matrix"
 venv .venv requirements/test.txt
 venv .venv-nightly requirements/nightly.txt
-# The version matrix: one small environment per older JAX (tests/frameworks/test_jax_versions.py).
+# The version matrix: an environment per older framework version, where what tfboot sets
+# moved (tests/frameworks/test_jax_versions.py, test_tensorflow_versions.py).
 for jax in 0.4.30 0.4.38 0.5.0; do venv ".venv-jax-$jax" "requirements/jax-$jax.txt"; done
+venv .venv-tf-2.12 requirements/tf-2.12.txt
 
 say "building and installing the tfboot wheel"
 bash scripts/install-wheel.sh

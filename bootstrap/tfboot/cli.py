@@ -56,7 +56,7 @@ def _cluster(settings: Any, env: dict[str, str]) -> dict[str, Any] | None:
 
 
 def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
-    from .budget.hostmemory import host_memory
+    from .budget.hostmemory import for_tensorflow, host_memory
     from .node.cpu import cpu_budget
     from .node.hostmem import MemoryBudget, memory_budget
     from .settings import CONTRACT, CONTROL, resolve
@@ -83,7 +83,10 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
         table.update({name: cluster["given"].get(name, unset) for name in NAMES})
     budget = cpu_budget(env)
     memory = memory_budget(env) if settings.host_memory == "auto" else MemoryBudget(None, "")
-    found = host_memory(settings, budget, memory)
+    from .node.versions import TENSORFLOW, installed
+
+    version = installed("tensorflow", TENSORFLOW)  # what the installed TensorFlow can take
+    found = for_tensorflow(host_memory(settings, budget, memory), version)
     return {
         "settings": table,
         "cpu": {

@@ -15,11 +15,12 @@ from typing import Any
 
 from ..budget import Budget
 from ..budget.gpus import cpu_split, gpu_required, mig_warning, split_sizes, unused_on_cpu
-from ..budget.hostmemory import share_of
+from ..budget.hostmemory import for_tensorflow, share_of
 from ..budget.roles import LOADER, NAMES, Role, tensorflow_role
 from ..errors import Problem
 from ..node.hostmem import PINNED_ENV, PINNED_SHARE
 from ..node.nccl import measure, why_needed
+from ..node.versions import parse
 from ..node.xla import Toolchain, pip_toolchain, plan_toolchain
 from ..provenance import user_value
 from . import Call, Item, New, Patch, Peak, Plan, Read
@@ -133,7 +134,7 @@ def make_plan(budget: Budget, gpu_count: int, facts: Mapping[str, Any] | None = 
         value = getattr(settings, attr)
         if value is not None:
             plan.calls.append(Call(target, (value,), settings.shown(name), shown))
-    data = _host_memory(plan, budget, facts.get("data_hook", True))
+    data = _host_memory(plan, budget, facts.get("data_hook", True), facts.get("version"))
     toolchain: Toolchain | None = facts.get("toolchain")
     if toolchain is not None:
         _toolchain(plan, toolchain)
@@ -245,14 +246,14 @@ def _threads(plan: Plan, budget: Budget) -> None:
             )
 
 
-def _host_memory(plan: Plan, budget: Budget, hooked: bool) -> Patch | None:
+def _host_memory(plan: Plan, budget: Budget, hooked: bool, version: str | None) -> Patch | None:
     """tf.data's autotune budgets and pinned host memory from the limit and the CPU quota;
     the tf.data patch to make, or None."""
     settings, env = budget.settings, budget.env
     problem = budget.memory.problem
     if problem and settings.host_memory == "auto":
         plan.warnings.append(f"{problem}; TensorFlow's host-memory defaults are used")
-    found = budget.host()
+    found = for_tensorflow(budget.host(), parse(version) if version else None)
     plan.warnings += found.warnings
     if found.data is None:
         return None

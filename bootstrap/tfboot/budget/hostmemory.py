@@ -3,13 +3,16 @@ autotune defaults and the pinned host memory, each with its reason."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..node.cpu import CpuBudget
 from ..node.hostmem import PINNED_SHARE, RAM_SHARE, MemoryBudget
 from ..settings import Settings
 
 TF_INITIAL_PARALLELISM = 16  # tf.data's initial parallelism per autotuned transformation
+# tf.data's AutotuneOptions.initial_parallelism exists from TensorFlow 2.17
+# (tensorflow/python/data/ops/options.py); before, there is no such option to set.
+INITIAL_PARALLELISM_FROM = (2, 17)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,20 @@ def host_memory(settings: Settings, cpu: CpuBudget, memory: MemoryBudget) -> Hos
             else f"CPUs the quota's, {cpu.quota:g} from {cpu.quota_source}, rounded up"
         )
     return HostMemory(limit, origin, DataDefaults(ram, cpus, initial), tuple(reasons), warnings)
+
+
+def for_tensorflow(found: HostMemory, version: tuple[int, ...] | None) -> HostMemory:
+    """``found`` as the installed TensorFlow can take it: no initial parallelism before
+    ``INITIAL_PARALLELISM_FROM`` (None: the version is unknown, taken as the newest)."""
+    data = found.data
+    if data is None or data.initial_parallelism is None or version is None or \
+            version >= INITIAL_PARALLELISM_FROM:  # fmt: skip
+        return found
+    shown = ".".join(map(str, version[:2]))
+    reason = (f"no initial parallelism: TensorFlow {shown} has no such option (from "
+              f"{'.'.join(map(str, INITIAL_PARALLELISM_FROM))})")  # fmt: skip
+    return replace(found, data=replace(data, initial_parallelism=None),
+                   reasons=(*found.reasons, reason))  # fmt: skip
 
 
 def share_of(limit: int | None, share: int, origin: str) -> str:

@@ -12,6 +12,9 @@ import os
 import re
 from importlib.util import find_spec
 
+# The distributions that install the ``tensorflow`` package.
+TENSORFLOW = ("tensorflow", "tensorflow-cpu", "tf-nightly", "tf-nightly-cpu", "tensorflow-intel",
+              "tensorflow-aarch64", "tensorflow-macos")  # fmt: skip
 _ASSIGNED = re.compile(r"""^_version\s*(?::\s*str\s*)?=\s*["']([^"']+)["']""", re.M)
 _NUMBERS = re.compile(r"\d+(?:\.\d+)*")
 Version = tuple[int, ...]
@@ -43,14 +46,17 @@ def _from_file(package: str) -> str | None:
     return None
 
 
-def installed(package: str, distribution: str | None = None) -> Version | None:
-    """The version of ``package`` (its distribution's name when it differs)."""
+def installed(package: str, distributions: tuple[str, ...] = ()) -> Version | None:
+    """The version of ``package``: from its ``version.py``, else from the first of
+    ``distributions`` (its own name by default) that is installed."""
     text = _from_file(package)
     if text is None:
         from importlib import metadata
 
-        try:
-            text = metadata.version(distribution or package)
-        except (metadata.PackageNotFoundError, ValueError):
-            return None
-    return parse(text)
+        for name in distributions or (package,):
+            try:
+                text = metadata.version(name)
+                break
+            except (metadata.PackageNotFoundError, ValueError):
+                continue
+    return None if text is None else parse(text)
