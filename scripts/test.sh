@@ -31,8 +31,8 @@ install_missing prometheus:prometheus prometheus-pushgateway:prometheus-pushgate
     prometheus-node-exporter:prometheus-node-exporter
 bash scripts/ensure-docker.sh
 
-venv() {  # venv DIR REQUIREMENTS
-    [ -x "$1/bin/python" ] || "$python" -m venv "$1"
+venv() {  # venv DIR REQUIREMENTS [PYTHON]
+    [ -x "$1/bin/python" ] || "${3:-$python}" -m venv "$1"
     "$1/bin/python" -m pip install -q --disable-pip-version-check -r "$2"
 }
 say "preparing .venv, .venv-nightly and the version matrix"
@@ -42,6 +42,14 @@ venv .venv-nightly requirements/nightly.txt
 # moved (tests/frameworks/test_jax_versions.py, test_tensorflow_versions.py).
 for jax in 0.4.30 0.4.38 0.5.0; do venv ".venv-jax-$jax" "requirements/jax-$jax.txt"; done
 venv .venv-tf-2.12 requirements/tf-2.12.txt
+# Python 3.10, as on Ubuntu 22.04 and older NGC images: pyenv's, else one on PATH.
+py310="$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.10*/bin/python3.10 2>/dev/null | tail -n 1)"
+py310="${py310:-$(command -v python3.10 || true)}"
+if [ -n "$py310" ]; then
+    venv .venv-tf-2.15-py3.10 requirements/tf-2.15-py3.10.txt "$py310"
+else
+    say "no Python 3.10 here: its tests will say so (and fail under CI=true)"
+fi
 
 say "building and installing the tfboot wheel"
 bash scripts/install-wheel.sh

@@ -1,7 +1,9 @@
 """TensorFlow at the versions where what tfboot sets moved, each in an environment of its own
 (built by scripts/test.sh from requirements/tf-*.txt; the test environment holds the
-newest): every claim of the configured line, ``tfboot show`` and ``doctor --json`` is one
-that version takes, read back from TensorFlow's own ``GetOptions`` on a pipeline.
+newest): TensorFlow 2.12.1 (Keras 2), 2.15.1 (Keras 2) on Python 3.10, and the newest.
+Every claim of the configured line, ``tfboot show`` and ``doctor --json`` is one that
+version takes, read back from TensorFlow itself (its thread pools, its logical devices,
+Keras's policy, tf.data's ``GetOptions`` on a pipeline).
 
 tf.data's ``AutotuneOptions.initial_parallelism`` exists from TensorFlow 2.17: before it,
 the RAM and CPU budgets arrive and no initial parallelism is set or named.
@@ -43,12 +45,40 @@ def python(version: str) -> str:
     return str(found)
 
 
-def run(version: str, args: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([python(version), *args], env=scenario_env(ENV), text=True,
-                          capture_output=True, timeout=300, cwd=Path("/"))  # fmt: skip
+VERSIONS = ["2.12", "2.15-py3.10", "newest"]
+ROWS = """
+import json, sys, tensorflow as tf
+print(json.dumps({"python": sys.version_info[:2], "tf": tf.__version__,
+    "intra": tf.config.threading.get_intra_op_parallelism_threads(),
+    "inter": tf.config.threading.get_inter_op_parallelism_threads(),
+    "cpus": len(tf.config.list_logical_devices("CPU")),
+    "policy": tf.keras.mixed_precision.global_policy().name}))
+"""
 
 
-@pytest.mark.parametrize("version", ["2.12", "newest"])
+def run(version: str, args: list[str], env: dict[str, str] | None = None,
+        ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    return subprocess.run([python(version), *args], env=scenario_env(ENV if env is None else env),
+                          text=True, capture_output=True, timeout=300, cwd=Path("/"))  # fmt: skip
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_contract_s_cpu_rows_hold(version: str) -> None:
+    env = {"CPU_THREADS": "2", "VIRTUAL_SPLIT": "3", "MIXED_PRECISION": "mixed_bfloat16"}
+    done = run(version, ["-c", ROWS], env)
+    assert done.returncode == 0, done.stderr
+    found = last_json(done.stdout)
+    assert (found["intra"], found["inter"], found["cpus"]) == (2, 2, 3), found
+    assert found["policy"] == "mixed_bfloat16", found
+    if version.endswith("py3.10"):
+        assert found["python"] == [3, 10]
+    silent = run(version, ["-c", ROWS], {})
+    assert silent.returncode == 0 and "tfboot" not in silent.stderr, silent.stderr
+    bad = run(version, ["-c", "import tensorflow"], {"CPU_THREADS": "lots"})
+    assert bad.returncode != 0 and "CPU_THREADS='lots' is invalid" in bad.stderr
+
+
+@pytest.mark.parametrize("version", VERSIONS)
 def test_tf_data_gets_only_the_options_that_tensorflow_has(version: str) -> None:
     done = run(version, ["-c", READ_BACK])
     assert done.returncode == 0, done.stderr
