@@ -112,3 +112,19 @@ def test_the_memory_cap_is_the_fraction_that_jaxlib_reads(version: str, user: st
     found = json.loads(done.stdout)
     assert found == {"options": found.get("options")}, found  # never jaxlib's ValueError
     assert float(found["options"]["memory_fraction"]) == pytest.approx(0.1)
+
+
+def test_a_jax_older_than_supported_is_left_alone_and_said_once() -> None:
+    """JAX 0.4.26, below the window's 0.4.30: nothing written, one warning naming the
+    version and the window, and the import works as without tfboot."""
+    found = REPO / ".venv-jax-0.4.26" / "bin" / "python"
+    if not found.exists():
+        unavailable("no .venv-jax-0.4.26 (scripts/test.sh builds the JAX matrix)")
+    code = "import jax, os; print(len(jax.devices()), os.environ.get('JAX_NUM_CPU_DEVICES'))"
+    done = subprocess.run([str(found), "-c", code], env=scenario_env({"VIRTUAL_SPLIT": "2",
+                          "CPU_THREADS": "1"}), text=True, capture_output=True, timeout=300,
+                          cwd=Path("/"))  # fmt: skip
+    assert done.returncode == 0 and done.stdout.split() == ["1", "None"], done.stderr
+    lines = [x for x in done.stderr.splitlines() if x.startswith("tfboot")]
+    assert lines == ["tfboot: warning: tfboot configures nothing in JAX 0.4.26 (jax): it "
+                     "supports 0.4.30 and newer; its own defaults hold"]  # fmt: skip

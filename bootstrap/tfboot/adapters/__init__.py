@@ -8,6 +8,9 @@ An adapter is a module with:
 - ``PREFIX``: how its calls are shown in the log (``tf.config.``);
 - ``STAGES``: the hook points it uses, ``before`` and/or ``after`` the module's code runs;
   the last one logs the result;
+- ``OLDEST``: module name -> the oldest version tfboot supports (docs/seams.md); an older
+  one is left alone with one warning; ``DISTRIBUTIONS``: the distributions that install it,
+  where its version is read from their metadata;
 - ``WRITES``: the variables tfboot may write for it; ``SETS``: those the framework sets
   itself while it imports that tfboot reads as a user's elsewhere (recorded as the
   framework's);

@@ -42,6 +42,8 @@ from . import Patch, Peak, Plan, Read
 MODULE = "jax"
 NAME = NAMES[MODULE]
 QUALIFIED = True
+OLDEST = {MODULE: (0, 4, 30)}
+DISTRIBUTIONS = ()
 READS = FRAMEWORK_READS
 PREFIX = "jax."
 STAGES = ("before", "after")

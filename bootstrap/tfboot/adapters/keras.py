@@ -17,6 +17,8 @@ from . import Call, Peak, Plan, Read
 MODULE = "keras"
 NAME = "Keras"
 QUALIFIED = True
+OLDEST = {MODULE: (2, 12), "tf_keras": (2, 15)}  # Keras 2 as TensorFlow 2.12 bundles it; Keras 3
+DISTRIBUTIONS = ()
 READS = frozenset({"MIXED_PRECISION"})
 PREFIX = "keras."
 STAGES = ("after",)

@@ -20,7 +20,7 @@ from ..budget.roles import LOADER, NAMES, Role, tensorflow_role
 from ..errors import Problem
 from ..node.hostmem import PINNED_ENV, PINNED_SHARE
 from ..node.nccl import measure, why_needed
-from ..node.versions import parse
+from ..node.versions import TENSORFLOW, parse
 from ..node.xla import Toolchain, pip_toolchain, plan_toolchain
 from ..provenance import user_value
 from . import Call, Item, New, Patch, Peak, Plan, Read
@@ -28,6 +28,8 @@ from . import Call, Item, New, Patch, Peak, Plan, Read
 MODULE = "tensorflow"
 NAME = NAMES[MODULE]
 QUALIFIED = False
+OLDEST = {MODULE: (2, 12)}
+DISTRIBUTIONS = TENSORFLOW
 READS = None  # every variable of the contract
 PREFIX = "tf.config."
 STAGES = ("before", "after")

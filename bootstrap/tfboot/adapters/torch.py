@@ -32,6 +32,8 @@ from . import Call, Patch, Peak, Plan, Read
 MODULE = "torch"
 NAME = NAMES[MODULE]
 QUALIFIED = True
+OLDEST = {MODULE: (2, 4)}
+DISTRIBUTIONS = ()
 READS = FRAMEWORK_READS
 PREFIX = "torch."
 STAGES = ("before", "after")

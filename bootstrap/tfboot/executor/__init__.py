@@ -22,6 +22,7 @@ from ..budget import Budget, make_budget
 from ..budget.roles import RUNS_MODEL, Role
 from ..errors import ConfigError
 from ..node.kerasconfig import keras_backend
+from ..node.versions import installed, shown
 from ..settings import DISABLE, LOG, ON_ERROR, disabled, read_control, resolve
 from .environ import inherited, note_writes, restore, setenv
 from .patches import PATCHES
@@ -158,6 +159,10 @@ def run(
         if name in _results:
             return _results[name]
         role = _role(adapter, name, env, importing)
+        if name not in _partial:
+            outside = _outside(adapter, name)
+            if outside is not None:
+                return _left_alone(adapter, name, env, outside, role)
         try:
             budget = _budget(adapter, name, env, role)
             reader = Reader(module)
@@ -282,12 +287,24 @@ def fail(
     return _results[name]
 
 
+def _outside(adapter: Any, name: str) -> str | None:
+    """Why the installed ``name`` is older than tfboot supports, or None."""
+    oldest = adapter.OLDEST.get(name)
+    found = installed(name, adapter.DISTRIBUTIONS) if oldest is not None else None
+    if found is None or oldest is None or found >= oldest:
+        return None
+    return (f"tfboot configures nothing in {adapter.NAME} {shown(found)} ({name}): it supports "
+            f"{shown(oldest)} and newer; its own defaults hold")  # fmt: skip
+
+
 def _left_alone(
-    adapter: Any, name: str, env: Mapping[str, str], missing: NotTheFramework, role: Role
+    adapter: Any, name: str, env: Mapping[str, str], missing: NotTheFramework | str, role: Role
 ) -> Result:
     """A watched module that is not the framework tfboot knows is left alone: one debug line,
-    whatever ``TFBOOT_ON_ERROR`` says."""
-    if _level(env) == "debug":
+    whatever ``TFBOOT_ON_ERROR`` says; one older than tfboot supports, one warning."""
+    if isinstance(missing, str):
+        emit("warning", missing)
+    elif _level(env) == "debug":
         emit("debug", f"{name} is not {adapter.NAME} as tfboot knows it (it has no {missing}): "
                       "left alone")  # fmt: skip
     _partial.pop(name, None)
