@@ -253,3 +253,43 @@ def test_suggest_refuses_a_directory_and_a_bad_percentile(tmp_path: Path) -> Non
     run = suggest_cli("--cpu-percentile", "0", str(tmp_path))
     assert run.returncode == 2 and "expected a percentile from 1 to 100" in run.stderr
     assert os.path.isdir(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [('{"schema": "tfboot.usage/v1", "gpus": [], "host_memory": {"peak_mib": NaN}, "cpu": {}}',
+      "NaN is not a number a usage record holds"),
+     ('{"schema": "tfboot.usage/v1", "gpus": [], "host_memory": {}, "cpu": {"used_cpus": '
+      "Infinity}}", "Infinity is not a number"),
+     ('{"schema": "tfboot.usage/v1", "gpus": [], "host_memory": {"peak_mib": "900"}, "cpu": {}}',
+      "the record.host_memory.peak_mib is not a number"),
+     ('{"schema": "tfboot.usage/v1", "gpus": [{"index": 0, "physical": 0, "peak_mib": 5}], '
+      '"host_memory": {}, "cpu": {}}', "the record.gpus[0].framework is missing"),
+     ('{"schema": "tfboot.usage/v1", "gpus": [], "host_memory": {"peak_mib": 1e308}, "cpu": {}}',
+      "the record.host_memory.peak_mib is not a number from 0 to"),
+     ("[" * 100_000 + "]" * 100_000, "nested too deeply")],
+)  # fmt: skip
+def test_suggest_refuses_malformed_figures_naming_the_field(
+    tmp_path: Path, text: str, reason: str
+) -> None:
+    path = tmp_path / "usage.json"
+    path.write_text(text)
+    run = suggest_cli(str(path))
+    assert run.returncode == 2 and reason in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_suggest_refuses_a_fifo_before_opening_it(tmp_path: Path) -> None:
+    fifo = tmp_path / "usage.json"
+    os.mkfifo(fifo)
+    run = suggest_cli(str(fifo))  # opening it would wait for a writer for ever
+    assert run.returncode == 2 and "not a regular file" in run.stderr
+
+
+def test_show_names_no_none_limit_with_a_quota_and_no_memory_limit() -> None:
+    env = {**os.environ, **root("v2-quota")}
+    shown = subprocess.run([sys.executable, "-m", "tfboot", "show"], capture_output=True,
+                           text=True, timeout=60, env=env)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("Host memory:"))
+    assert "None" not in line and "no container memory limit" in line, line
