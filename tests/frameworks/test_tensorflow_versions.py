@@ -100,3 +100,17 @@ def test_tf_data_gets_only_the_options_that_tensorflow_has(version: str) -> None
     assert doctor["host_memory"]["tf_data"]["initial_parallelism"] is None
     assert not any("initial parallelism 2" in d for d in doctor["decisions"])
     assert json.dumps(doctor).count("initial parallelism 2") == 0
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_keras_2_runs_on_tensorflow_whatever_keras_backend_says(version: str) -> None:
+    """Keras 2 reads no KERAS_BACKEND: a leftover one never makes TensorFlow a data loader
+    (which would hide its GPUs). Keras 3 (the newest environment) does take it."""
+    code = "import keras, tensorflow as tf; print(keras.__version__)"
+    done = run(version, ["-c", code], {"KERAS_BACKEND": "jax", "CPU_THREADS": "2"})
+    assert done.returncode == 0, done.stderr
+    configured = next(x for x in done.stderr.splitlines() if "configured TensorFlow" in x)
+    if done.stdout.split()[-1].startswith("2."):
+        assert "data loader" not in configured and "intra-op threads 2" in configured
+    else:
+        assert "TensorFlow is its data loader" in configured

@@ -10,6 +10,10 @@ that module has run, tfboot asks it; before, tfboot mirrors its rules:
   counts as ``{}`` (lines 293-297); its ``backend`` key wins over the default
   ``tensorflow`` (line 313);
 - a non-empty ``KERAS_BACKEND``, taken as it is, wins over the file (lines 354-357).
+
+Keras 2 (``keras`` 2.12 to 2.15, bundled with TensorFlow up to 2.15) runs on TensorFlow
+only and reads neither ``KERAS_BACKEND`` nor ``keras.json``'s ``backend``: where the
+installed ``keras`` is Keras 2, the backend is TensorFlow, whatever they say.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Mapping
 
 CONFIG_MODULE = "keras.src.backend.config"
 DEFAULT_BACKEND = "tensorflow"
+KERAS_3 = (3,)  # the first Keras with a backend to choose
 MAX_CONFIG_BYTES = 1 << 20  # keras.json is a few lines; a larger file is not read
 
 
@@ -63,6 +68,11 @@ def keras_backend(env: Mapping[str, str], modules: Mapping[str, object] = sys.mo
     decided = getattr(modules.get(CONFIG_MODULE), "_BACKEND", None)
     if isinstance(decided, str) and decided:
         return decided
+    from .versions import installed
+
+    version = installed("keras")
+    if version is not None and version < KERAS_3:
+        return DEFAULT_BACKEND  # Keras 2: TensorFlow's only
     named = env.get("KERAS_BACKEND")
     if named:
         return named
