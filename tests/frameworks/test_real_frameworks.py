@@ -112,6 +112,15 @@ print(json.dumps({"intra": torch.get_num_threads(), "inter": torch.get_num_inter
         found = run_json(self.PROBE, {"CPU_THREADS": "1", "OMP_NUM_THREADS": "2"})
         assert (found["intra"], found["inter"]) == (2, 1)
 
+    def test_an_omp_num_threads_pytorch_ignores_does_not_keep_the_pool(self) -> None:
+        """``1abc`` is not a count to OpenMP or MKL: PyTorch ignores it, so tfboot applies
+        CPU_THREADS instead of leaving the pool to it."""
+        found = run_json(self.PROBE, {"CPU_THREADS": "1", "OMP_NUM_THREADS": "1abc"})
+        assert (found["intra"], found["inter"]) == (1, 1)
+        assert "configured PyTorch: intra-op threads 1" in found["stderr"]
+        ignored = run_json(self.PROBE, {"OMP_NUM_THREADS": "1abc"})
+        assert ignored["intra"] == run_json(self.PROBE, {})["intra"]  # PyTorch's own reading
+
     def test_nothing_set_keeps_pytorch_s_defaults(self) -> None:
         default = run_json(self.PROBE, {})
         assert default["stderr"] == "" and default["intra"] >= 1

@@ -48,15 +48,18 @@ WRITES = (CUDA_VISIBLE,)
 def env_threads(env: Mapping[str, str]) -> tuple[str, str] | None:
     """The variable and value PyTorch takes its thread count from, or None.
 
-    PyTorch reads each with ``std::stoi`` and keeps a count above 0 (``get_env_num_threads``):
-    leading blanks and a sign, then digits, the rest ignored; anything else is ignored
-    with a warning, so it does not count.
+    PyTorch's Linux wheels are OpenMP builds: the count comes from MKL and OpenMP, which
+    read each as a whole number above 0 with blanks around it (libgomp also takes a comma
+    list, its first number counting), ``MKL_NUM_THREADS`` over ``OMP_NUM_THREADS``. A value
+    with anything else (``1abc``) is ignored by them (run on PyTorch 2.13.0+cpu: 2 threads
+    on 2 CPUs), so it does not count. (``ParallelCommon.cpp``'s ``std::stoi`` sizes only the
+    native backend, which these wheels do not use.)
     """
     found = None
     for name in THREAD_ENVS:
         value = user_value(env, name)
-        match = re.match(r"\s*[+-]?[0-9]+", value or "")
-        if value is not None and match and int(match.group()) > 0:
+        match = re.fullmatch(r"\s*([0-9]+)\s*(,[\s0-9,]*)?", value or "")
+        if value is not None and match and int(match.group(1)) > 0:
             found = (name, value)
     return found
 
