@@ -31,7 +31,7 @@ def jax(env: dict[str, str], gpus: int = 0, role: Role = MODEL, cpu: CpuBudget =
     """JAX's plan at both hook points: its environment, then its CPU client's pool."""
     made = budget(env, role, cpu)
     plan = plan_jax(made, (H100,) * gpus)
-    pool = jax_adapter.plan("after", made, {"pool": None})
+    pool = jax_adapter.plan("after", made, {"pool": None, "gpus": gpus, "narrowed": False})
     plan.decisions += pool.decisions
     plan.calls += pool.calls
     return plan
@@ -98,8 +98,12 @@ class TestJax:
         assert jax({"MEMORY_GROWTH": "off"}, 1).environ == {"XLA_PYTHON_CLIENT_PREALLOCATE": "true"}
 
     def test_visible_gpus_are_jax_s_own(self) -> None:
+        """JAX reads no JAX_CUDA_VISIBLE_DEVICES: its flag is set through jax.config."""
         plan = jax({"VISIBLE_GPU": "1,3"}, gpus=4)
-        assert plan.environ == {"JAX_CUDA_VISIBLE_DEVICES": "1,3"}
+        assert plan.environ == {}
+        assert [(c.target, c.args) for c in plan.calls] == [
+            ("config.update", ("jax_cuda_visible_devices", "1,3"))
+        ]
 
     def test_visible_index_out_of_range(self) -> None:
         text = refused(jax, {"VISIBLE_GPU": "2"}, gpus=2)

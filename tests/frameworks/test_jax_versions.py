@@ -128,3 +128,33 @@ def test_a_jax_older_than_supported_is_left_alone_and_said_once() -> None:
     lines = [x for x in done.stderr.splitlines() if x.startswith("tfboot")]
     assert lines == ["tfboot: warning: tfboot configures nothing in JAX 0.4.26 (jax): it "
                      "supports 0.4.30 and newer; its own defaults hold"]  # fmt: skip
+
+
+@pytest.mark.parametrize("version", ["0.4.30", "newest"])
+def test_visible_gpus_reach_jax_s_own_flag(version: str, tmp_path: Path) -> None:
+    """No GPU here: two GPUs come from the NVML stand-in (``fake_nvml``, a fake, named as
+    such) and a stand-in CUDA plugin package (a fake: an empty ``jax_plugins.xla_cuda12``),
+    so tfboot plans for them; what JAX then holds is read back from JAX itself."""
+    import shutil
+
+    if shutil.which("gcc") is None:
+        unavailable("gcc is needed to build the NVML stand-in")
+    library = tmp_path / "libnvidia-ml-fake.so"
+    source = Path(__file__).parent / "fake_nvml" / "nvml.c"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    plugin = tmp_path / "plugins" / "jax_plugins" / "xla_cuda12"
+    plugin.mkdir(parents=True)
+    (plugin / "__init__.py").write_text("def initialize():\n    pass\n")
+    env = {
+        "VISIBLE_GPU": "1",
+        "TFBOOT_NVML_LIBRARY": str(library),
+        "FAKE_NVML_MIB": "81559:0,81559:0",
+        "PYTHONPATH": str(tmp_path / "plugins"),
+    }
+    code = (
+        "import jax; from jax._src import xla_bridge; print(xla_bridge.CUDA_VISIBLE_DEVICES.value)"
+    )
+    done = run(version, code, env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1"], done.stderr
+    assert "GPUs [1] visible via jax.config jax_cuda_visible_devices" in done.stderr

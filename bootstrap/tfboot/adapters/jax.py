@@ -3,8 +3,10 @@
 Pure: no JAX import. Everything but the thread count is an environment variable JAX reads
 when it starts a backend, so it is set at ``import jax``, before JAX's code runs:
 
-- ``VISIBLE_GPU``: ``JAX_CUDA_VISIBLE_DEVICES`` (JAX's alone; other frameworks keep
-  theirs); ``none`` is ``JAX_PLATFORMS=cpu``.
+- ``VISIBLE_GPU``: JAX's own ``jax_cuda_visible_devices``, through ``jax.config.update``
+  right after JAX's code ran, before a backend starts (other frameworks keep their GPUs).
+  It is a flag: no JAX from 0.4.30 to 0.10.2 reads ``JAX_CUDA_VISIBLE_DEVICES`` from the
+  environment (``jax/_src/xla_bridge.py``). ``none`` is ``JAX_PLATFORMS=cpu``.
 - ``MEMORY_LIMIT_MB``: ``XLA_CLIENT_MEM_FRACTION``, the cap over the GPU's total memory
   (NVML), rounded down to 6 decimals so it never passes the cap; before jaxlib 0.4.32,
   which reads only the old name, ``XLA_PYTHON_CLIENT_MEM_FRACTION``. Never both: from
@@ -37,7 +39,7 @@ from ..node.xlaflags import flag as xla_flag_text
 from ..node.xlaflags import value as xla_flag
 from ..provenance import user_value
 from ..settings import Settings
-from . import Patch, Peak, Plan, Read
+from . import Call, Patch, Peak, Plan, Read
 
 MODULE = "jax"
 NAME = NAMES[MODULE]
@@ -57,7 +59,8 @@ OLD_FRACTION_ENV = "XLA_PYTHON_CLIENT_MEM_FRACTION"  # JAX's deprecated name, st
 PREALLOCATE_ENV = "XLA_PYTHON_CLIENT_PREALLOCATE"
 ALLOCATOR_ENV = "XLA_PYTHON_CLIENT_ALLOCATOR"
 PLATFORMS_ENV = "JAX_PLATFORMS"
-VISIBLE_ENV = "JAX_CUDA_VISIBLE_DEVICES"
+VISIBLE_ENV = "JAX_CUDA_VISIBLE_DEVICES"  # written by earlier tfboots; never read by JAX
+VISIBLE_FLAG = "jax_cuda_visible_devices"
 CPU_DEVICES_ENV = "JAX_NUM_CPU_DEVICES"
 HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"  # read when JAX's count is unset
 XLA_FLAGS_ENV = "XLA_FLAGS"
@@ -102,7 +105,9 @@ def facts(stage: str, budget: Budget, read: Read) -> dict[str, Any]:
     """``before``: each GPU's total bytes, as JAX will list them; ``after``: whether its CPU
     client can still be sized."""
     if stage == "after":
-        return {"pool": _pool_problem(read)}
+        totals = _gpus(budget.env) if budget.settings.device_given() else ()
+        return {"pool": _pool_problem(read), "gpus": len(totals),
+                "narrowed": cuda_devices(budget.env, len(totals))[1]}  # fmt: skip
     totals = _gpus(budget.env) if budget.settings.device_given() else ()
     return {"totals": totals, "narrowed": cuda_devices(budget.env, len(totals))[1],
             "jax": installed("jax"), "jaxlib": installed("jaxlib")}  # fmt: skip
@@ -111,7 +116,9 @@ def facts(stage: str, budget: Budget, read: Read) -> dict[str, Any]:
 def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
     """``before``: JAX's environment; ``after``: its CPU client's pool."""
     if stage == "after":
-        return _pool(budget, facts["pool"])
+        plan = _pool(budget, facts["pool"])
+        _visible(plan, budget, facts)
+        return plan
     return plan_jax(budget, facts["totals"], facts["narrowed"], facts["jax"], facts["jaxlib"])
 
 
@@ -173,6 +180,24 @@ def _host_devices(plan: Plan, budget: Budget, count: int, jax: Version | None) -
     if plan.setenv(env, CPU_DEVICES_ENV, str(count), settings, "VIRTUAL_SPLIT", number):
         return CPU_DEVICES_ENV
     return None
+
+
+def _visible(plan: Plan, budget: Budget, facts: Mapping[str, Any]) -> None:
+    """``jax_cuda_visible_devices`` for ``VISIBLE_GPU``, set before a backend starts."""
+    settings = budget.settings
+    if not facts["gpus"] or facts["narrowed"] or settings.visible_gpu == ():
+        return
+    visible = budget.gpus(facts["gpus"], f"{NAME} will list").visible
+    if visible is None:
+        return
+    why = settings.shown("VISIBLE_GPU")
+    if facts["pool"] is not None and "already started" in facts["pool"]:
+        plan.warnings.append(f"{why} not applied to JAX: its backends had already started")
+        return
+    listed = ",".join(map(str, visible))  # JAX splits it at ","
+    plan.decisions.append(f"GPUs {list(visible)} visible via jax.config {VISIBLE_FLAG} ({why})")
+    plan.calls.append(Call("config.update", (VISIBLE_FLAG, listed), plan.decisions[-1],
+                           "config.update"))  # fmt: skip
 
 
 def _pool(budget: Budget, problem: str | None) -> Plan:
@@ -253,12 +278,7 @@ def _plan_gpus(plan: Plan, budget: Budget, totals: tuple[int, ...], narrowed: bo
     visible = gpus.visible
     plan.gpu_count, plan.visible = len(totals), visible
     plan.device_caps = {i: cap for i, cap in enumerate(gpus.caps) if cap is not None}
-    if visible is not None and not narrowed:
-        listed = ",".join(map(str, visible))
-        if plan.setenv(env, VISIBLE_ENV, listed, settings, "VISIBLE_GPU"):  # JAX splits at ","
-            why = settings.shown("VISIBLE_GPU")
-            plan.decisions.append(f"GPUs {list(visible)} visible via {VISIBLE_ENV} ({why})")
-    elif visible is not None:
+    if visible is not None and narrowed:
         plan.decisions.append(
             f"GPUs {list(visible)} visible: CUDA_VISIBLE_DEVICES already narrowed for PyTorch"
         )
