@@ -223,3 +223,14 @@ def free_ports(count: int, host: str = "localhost") -> list[int]:
             continue
         return list(range(base, base + count))
     raise AssertionError(f"no {count} free consecutive ports below {low}")
+
+
+def matrix_python(framework: str, version: str) -> str:
+    """The interpreter of the version-matrix environment ``.venv-FRAMEWORK-VERSION`` that
+    scripts/test.sh builds; the test environment's own for ``newest``."""
+    if version == "newest":
+        return sys.executable
+    found = REPO / f".venv-{framework}-{version}" / "bin" / "python"
+    if not found.exists():
+        unavailable(f"no {found.parent.parent.name} (scripts/test.sh builds the version matrix)")
+    return str(found)

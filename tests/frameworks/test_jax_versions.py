@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from support import REPO, scenario_env, unavailable
+from support import matrix_python, scenario_env, unavailable
 from tfboot.adapters.jax import plan_jax
 from tfboot.budget import make_budget
 from tfboot.node.versions import installed, parse
@@ -33,13 +32,7 @@ MATRIX = ("0.4.30", "0.4.38", "0.5.0")
 
 
 def python(version: str) -> str:
-    """The interpreter of JAX ``version``'s environment; the test environment's for the newest."""
-    if version == "newest":
-        return sys.executable
-    found = REPO / f".venv-jax-{version}" / "bin" / "python"
-    if not found.exists():
-        unavailable(f"no {found.parent.parent.name} (scripts/test.sh builds the JAX matrix)")
-    return str(found)
+    return matrix_python("jax", version)
 
 
 def run(version: str, code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -117,11 +110,9 @@ def test_the_memory_cap_is_the_fraction_that_jaxlib_reads(version: str, user: st
 def test_a_jax_older_than_supported_is_left_alone_and_said_once() -> None:
     """JAX 0.4.26, below the window's 0.4.30: nothing written, one warning naming the
     version and the window, and the import works as without tfboot."""
-    found = REPO / ".venv-jax-0.4.26" / "bin" / "python"
-    if not found.exists():
-        unavailable("no .venv-jax-0.4.26 (scripts/test.sh builds the JAX matrix)")
+    found = python("0.4.26")
     code = "import jax, os; print(len(jax.devices()), os.environ.get('JAX_NUM_CPU_DEVICES'))"
-    done = subprocess.run([str(found), "-c", code], env=scenario_env({"VIRTUAL_SPLIT": "2",
+    done = subprocess.run([found, "-c", code], env=scenario_env({"VIRTUAL_SPLIT": "2",
                           "CPU_THREADS": "1"}), text=True, capture_output=True, timeout=300,
                           cwd=Path("/"))  # fmt: skip
     assert done.returncode == 0 and done.stdout.split() == ["1", "None"], done.stderr

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from support import REPO, last_json, scenario_env, unavailable
+from support import last_json, matrix_python, scenario_env
 
 pytestmark = pytest.mark.tf
 ENV = {"CPU_THREADS": "2", "HOST_MEMORY_LIMIT_MB": "4096"}
@@ -37,12 +36,7 @@ print(json.dumps({"version": tf.__version__, "fields": {
 
 
 def python(version: str) -> str:
-    if version == "newest":
-        return sys.executable
-    found = REPO / f".venv-tf-{version}" / "bin" / "python"
-    if not found.exists():
-        unavailable(f"no {found.parent.parent.name} (scripts/test.sh builds the TensorFlow matrix)")
-    return str(found)
+    return matrix_python("tf", version)
 
 
 VERSIONS = ["2.12", "2.15-py3.10", "newest"]
