@@ -40,13 +40,25 @@ def test_a_toolkit_the_user_named_is_left_alone() -> None:
     assert planned.xla_flags is None and "explicit" in planned.decision
 
 
-def test_a_toolkit_in_cuda_home_is_xlas_own(tmp_path: Path) -> None:
+def test_a_toolkit_in_cuda_home_is_given_to_xla(tmp_path: Path) -> None:
+    """XLA reads no CUDA_HOME (its CandidateCudaRoots names fixed places only), so a toolkit
+    there goes through the flag, before the pip package."""
     (tmp_path / "nvvm" / "libdevice").mkdir(parents=True)
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "ptxas").write_text("")
     assert has_toolchain(str(tmp_path))
-    planned = plan_toolchain({"CUDA_HOME": str(tmp_path)}, pip_toolchain(), NO_TOOLKIT)
-    assert planned.xla_flags is None and str(tmp_path) in planned.decision
+    env = {"CUDA_HOME": str(tmp_path), "XLA_FLAGS": "--xla_dump_to=/tmp/x"}
+    planned = plan_toolchain(env, pip_toolchain(), NO_TOOLKIT)
+    assert planned.xla_flags == f"--xla_dump_to=/tmp/x {FLAG}={tmp_path}"
+    assert "$CUDA_HOME, which XLA does not read itself" in planned.decision
+
+
+def test_a_toolkit_where_xla_looks_itself_is_left_to_xla(tmp_path: Path) -> None:
+    (tmp_path / "nvvm" / "libdevice").mkdir(parents=True)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "ptxas").write_text("")
+    planned = plan_toolchain({}, pip_toolchain(), str(tmp_path))
+    assert planned.xla_flags is None and "found by XLA" in planned.decision
 
 
 def test_no_toolkit_anywhere_names_both_remedies() -> None:

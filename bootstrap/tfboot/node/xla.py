@@ -21,9 +21,11 @@ from .xlaflags import flag, value
 
 FLAG = "--xla_gpu_cuda_data_dir"
 PACKAGE = "nvidia.cuda_nvcc"  # the nvidia-cuda-nvcc-cu12 (or -cu13) pip package
-# Where XLA itself looks for a toolkit when no flag names one.
+# Where users keep a toolkit that XLA does not look in by itself: its CandidateCudaRoots
+# (xla/tsl/platform/default/cuda_root_path.cc) reads no variable, so a toolkit named only
+# here is given to XLA through the flag.
 TOOLKITS = ("CUDA_HOME", "CUDA_PATH")
-DEFAULT_TOOLKIT = "/usr/local/cuda"
+DEFAULT_TOOLKIT = "/usr/local/cuda"  # where XLA itself looks when no flag names one
 
 
 @dataclass(frozen=True)
@@ -59,16 +61,20 @@ def pip_toolchain() -> str | None:
 def plan_toolchain(
     env: Mapping[str, str], found: str | None, default: str = DEFAULT_TOOLKIT
 ) -> Toolchain:
-    """For a CUDA build with XLA_JIT on: point XLA at ``found`` (the pip package) unless
-    ``XLA_FLAGS`` names a toolkit or XLA finds one itself ($CUDA_HOME, ``default``)."""
+    """For a CUDA build with XLA_JIT on: point XLA at a toolkit in ``$CUDA_HOME`` or
+    ``$CUDA_PATH`` (which XLA does not read), else at ``found`` (the pip package), unless
+    ``XLA_FLAGS`` names a toolkit or XLA finds one itself (``default``)."""
     # The user's flags: tfboot's own earlier extension (a parent's, inherited) is not theirs.
     flags = before(env, "XLA_FLAGS") or ""
     if value(flags, FLAG) is not None:
         return Toolchain(None, "XLA's CUDA toolkit left to XLA_FLAGS (explicit)")
-    toolkits = [env.get(name, "") for name in TOOLKITS] + [default]
-    installed = next((t for t in toolkits if t and has_toolchain(t)), None)
-    if installed is not None:
-        return Toolchain(None, f"XLA's CUDA toolkit found by XLA at {installed}")
+    if has_toolchain(default):
+        return Toolchain(None, f"XLA's CUDA toolkit found by XLA at {default}")
+    named = next(((n, env[n]) for n in TOOLKITS if env.get(n) and has_toolchain(env[n])), None)
+    if named is not None:
+        extended = f"{flags.strip()} {flag(FLAG, named[1])}".strip()
+        return Toolchain(extended, f"XLA_FLAGS gets {FLAG}={named[1]} (${named[0]}, which XLA "
+                                   "does not read itself)")  # fmt: skip
     if found is not None:
         extended = f"{flags.strip()} {flag(FLAG, found)}".strip()
         return Toolchain(
@@ -78,7 +84,7 @@ def plan_toolchain(
         None,
         "",
         "XLA_JIT=true on a CUDA build of TensorFlow, but XLA will find no ptxas or "
-        f"libdevice: no CUDA toolkit at {DEFAULT_TOOLKIT} or $CUDA_HOME, and no "
+        f"libdevice: no CUDA toolkit at {DEFAULT_TOOLKIT}, $CUDA_HOME or $CUDA_PATH, and no "
         "nvidia-cuda-nvcc pip package; pip install nvidia-cuda-nvcc-cu12 (tfboot then points "
         f"XLA at it), or set XLA_FLAGS={FLAG}=<a CUDA toolkit directory>",
     )
