@@ -134,7 +134,7 @@ def _print_error(exc: ConfigError, as_json: bool) -> int:
 
 def _not_started(as_json: bool) -> str | None:
     """Why the start-up hook did not run here, printed first (text output) or returned."""
-    from ._startup import not_started
+    from .doctor.startup import not_started
 
     why = not_started()
     if why is not None and not as_json:

@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import stat
 import sys
 from typing import Any
 
-from .usage.schema import loads, problem
+from .usage.schema import Unusable, read
 from .usage.suggest import CPU_PERCENTILE, KINDS, MEMORY_PERCENTILE, env_lines, patch, suggest
 
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a usage record is a few KiB
@@ -31,27 +29,11 @@ def read_record(path: str) -> dict[str, Any]:
     """One usage record; ``UnusableFile`` naming the file and the reason (never its content).
     Only a regular file is opened (a FIFO or a device would block or never end)."""
     try:
-        kind = os.stat(path).st_mode
-        if not stat.S_ISREG(kind):
-            raise UnusableFile(f"{path}: not a regular file")
-        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # no wait, whatever it became
-        with os.fdopen(handle, "rb") as source:
-            if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
-                raise UnusableFile(f"{path}: not a regular file")
-            data = source.read(MAX_FILE_BYTES + 1)
+        return read(path, MAX_FILE_BYTES)
     except OSError as exc:
         raise UnusableFile(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise UnusableFile(f"{path}: larger than {MAX_FILE_BYTES} bytes, not a usage record")
-    try:
-        record = loads(data)
-    except ValueError as exc:
-        reason = str(exc) if "nested" in str(exc) or "not a number" in str(exc) else ""
-        raise UnusableFile(f"{path}: not JSON{f' ({reason})' if reason else ''}") from None
-    found = problem(record)
-    if found is not None:
-        raise UnusableFile(f"{path}: {found}")
-    return record
+    except Unusable as exc:
+        raise UnusableFile(f"{path}: {exc}") from None
 
 
 def _percentile(text: str) -> float:

@@ -31,7 +31,9 @@ def jax(env: dict[str, str], gpus: int = 0, role: Role = MODEL, cpu: CpuBudget =
     """JAX's plan at both hook points: its environment, then its CPU client's pool."""
     made = budget(env, role, cpu)
     plan = plan_jax(made, (H100,) * gpus)
-    pool = jax_adapter.plan("after", made, {"pool": None, "gpus": gpus, "narrowed": False})
+    pool = jax_adapter.plan(
+        "after", made, {"pool": None, "started": False, "gpus": gpus, "narrowed": False}
+    )
     plan.decisions += pool.decisions
     plan.calls += pool.calls
     return plan

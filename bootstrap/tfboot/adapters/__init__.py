@@ -10,7 +10,7 @@ An adapter is a module with:
   the last one logs the result;
 - ``OLDEST``: module name -> the oldest version tfboot supports (docs/seams.md); an older
   one is left alone with one warning; ``DISTRIBUTIONS``: the distributions that install it,
-  where its version is read from their metadata;
+  where its version is read from their ``.dist-info`` folder (``node.versions``);
 - ``WRITES``: the variables tfboot may write for it; ``SETS``: those the framework sets
   itself while it imports that tfboot reads as a user's elsewhere (recorded as the
   framework's);

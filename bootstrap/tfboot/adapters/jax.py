@@ -106,7 +106,8 @@ def facts(stage: str, budget: Budget, read: Read) -> dict[str, Any]:
     client can still be sized."""
     if stage == "after":
         totals = _gpus(budget.env) if budget.settings.device_given() else ()
-        return {"pool": _pool_problem(read), "gpus": len(totals),
+        return {"pool": _pool_problem(read), "started": bool(read.attr(f"{BRIDGE}._backends")),
+                "gpus": len(totals),
                 "narrowed": cuda_devices(budget.env, len(totals))[1]}  # fmt: skip
     totals = _gpus(budget.env) if budget.settings.device_given() else ()
     return {"totals": totals, "narrowed": cuda_devices(budget.env, len(totals))[1],
@@ -191,7 +192,7 @@ def _visible(plan: Plan, budget: Budget, facts: Mapping[str, Any]) -> None:
     if visible is None:
         return
     why = settings.shown("VISIBLE_GPU")
-    if facts["pool"] is not None and "already started" in facts["pool"]:
+    if facts["started"]:
         plan.warnings.append(f"{why} not applied to JAX: its backends had already started")
         return
     listed = ",".join(map(str, visible))  # JAX splits it at ","

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 from ..node.cpu import CpuBudget
 from ..node.hostmem import PINNED_SHARE, RAM_SHARE, MemoryBudget
+from ..node.versions import shown
 from ..settings import Settings
 
 TF_INITIAL_PARALLELISM = 16  # tf.data's initial parallelism per autotuned transformation
@@ -92,9 +93,8 @@ def for_tensorflow(found: HostMemory, version: tuple[int, ...] | None) -> HostMe
     if data is None or data.initial_parallelism is None or version is None or \
             version >= INITIAL_PARALLELISM_FROM:  # fmt: skip
         return found
-    shown = ".".join(map(str, version[:2]))
-    reason = (f"no initial parallelism: TensorFlow {shown} has no such option (from "
-              f"{'.'.join(map(str, INITIAL_PARALLELISM_FROM))})")  # fmt: skip
+    reason = (f"no initial parallelism: TensorFlow {shown(version[:2])} has no such option "
+              f"(from {shown(INITIAL_PARALLELISM_FROM)})")  # fmt: skip
     return replace(found, data=replace(data, initial_parallelism=None),
                    reasons=(*found.reasons, reason))  # fmt: skip
 

@@ -50,8 +50,9 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
     JAX or PyTorch in the process then gets a section under ``frameworks``.
     """
     from .. import ADAPTERS
-    from .._startup import not_started, uninstall, without_tensorflow_hook
+    from .._startup import uninstall, without_tensorflow_hook
     from . import frameworks as doctor
+    from .startup import not_started
 
     why = not_started()
     if why is not None:  # what a plain import gets here: nothing of tfboot's

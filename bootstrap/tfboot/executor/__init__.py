@@ -29,6 +29,14 @@ from .patches import PATCHES
 from .result import Result, emit, log
 
 _lock = threading.RLock()  # a framework's hook points, one at a time
+_results: dict[str, Result] = {}  # module name -> what its framework got
+_partial: dict[str, Result] = {}  # module name -> what its earlier hook points did
+_roles: dict[str, Role] = {}  # module name -> its role, decided at its first import
+# The validate-then-reuse cache: module name -> (the environment, the budget) after its
+# earlier hook point, reused by the next one while the environment is the same.
+_checked: dict[str, tuple[dict[str, str], Budget]] = {}
+# module name -> its framework's ``SETS`` when its import began, to see what it wrote
+_snapshots: dict[str, dict[str, str | None]] = {}
 
 
 def _after_fork_in_child() -> None:
@@ -38,14 +46,6 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-_results: dict[str, Result] = {}  # module name -> what its framework got
-_partial: dict[str, Result] = {}  # module name -> what its earlier hook points did
-_roles: dict[str, Role] = {}  # module name -> its role, decided at its first import
-# The validate-then-reuse cache: module name -> (the environment, the budget) after its
-# earlier hook point, reused by the next one while the environment is the same.
-_checked: dict[str, tuple[dict[str, str], Budget]] = {}
-# module name -> its framework's ``SETS`` when its import began, to see what it wrote
-_snapshots: dict[str, dict[str, str | None]] = {}
 
 
 def last_result() -> Result | None:

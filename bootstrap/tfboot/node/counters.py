@@ -83,7 +83,7 @@ def _number(root: str, path: str) -> int | None:
         return None
 
 
-def _rss_peak() -> tuple[int, str]:
+def rss_peak() -> tuple[int, str]:
     """The largest resident set of this process or of a child it waited for (KiB on Linux)."""
     import resource  # only where no cgroup counts memory
 
@@ -97,7 +97,7 @@ def memory(env: Mapping[str, str] | None = None) -> Memory:
     root = cgroup_root(env)
     found = leaf(root, "memory")
     if found is None:
-        peak, source = _rss_peak()
+        peak, source = rss_peak()
         return Memory(peak, source)
     version, directory = found
     join = os.path.join
@@ -117,7 +117,7 @@ def memory(env: Mapping[str, str] | None = None) -> Memory:
             kept["max"] = failcnt  # times the usage hit the limit
     peak, current = _number(root, peak_path), _number(root, current_path)
     if peak is None and current is None:
-        rss, source = _rss_peak()
+        rss, source = rss_peak()
         return Memory(rss, source)
     return Memory(
         peak,

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..provenance import TFBOOT, writer
-from .schema import loads, problem
+from .schema import Unusable, read
 
 RUN = "TFBOOT_USAGE_RUN"
 MAX_MEMBERS = 1024  # records read back from the drop directory, at most
@@ -140,17 +140,8 @@ def collect(job: Job) -> list[dict[str, Any]]:
     except OSError:
         return []
     for name in names:
-        path = os.path.join(job.drop, name)
-        try:
-            with open(path, "rb") as source:
-                data = source.read(MAX_RECORD_BYTES + 1)
-            os.unlink(path)
-        except OSError:
-            continue
-        with contextlib.suppress(ValueError):
-            record = loads(data) if len(data) <= MAX_RECORD_BYTES else None
-            if problem(record) is None:
-                found.append(record)
+        with contextlib.suppress(OSError, Unusable):
+            found.append(read(os.path.join(job.drop, name), MAX_RECORD_BYTES))
     with contextlib.suppress(OSError):
         for name in os.listdir(job.drop):
             os.unlink(os.path.join(job.drop, name))

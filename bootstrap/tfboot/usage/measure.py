@@ -210,15 +210,7 @@ class Meter:
         now = self.sample()
         found: dict[str, Any] = {"scope": self.memory_cover.to_dict()}
         if now is None:  # the process tree: sampled, never below a process's own peak
-            import resource
-
-            floor = (
-                max(
-                    resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
-                )
-                * 1024
-            )
+            floor = counters.rss_peak()[0]
             found["peak_mib"] = mib(max(self.sampled or 0, floor))
             found["source"] = (f"{TREE} (/proc/PID/statm summed, sampled; getrusage "
                                "ru_maxrss as a floor)")  # fmt: skip

@@ -1,5 +1,5 @@
-"""What a usage record must hold to be read back (pure): ``tfboot suggest`` and a job's lead
-reading its members' records take nothing else.
+"""What a usage record must hold to be read back, and the one reader of a record's file:
+``tfboot suggest`` and a job's lead reading its members' records take nothing else.
 
 Every figure the suggestion and the ``used:`` line read is checked for its type and for a
 finite, sane range (JSON's ``NaN`` and ``Infinity`` never parse; a boolean is not a number);
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from typing import Any
 
 SCHEMA = "tfboot.usage/v1"
@@ -38,17 +40,44 @@ CPU = {"used_cpus": ("number", MAX_CPUS), "quota": ("number", MAX_CPUS),
 REQUIRED = {"gpu": ("index", "physical", "framework"), "cpu": (), "host_memory": ()}
 
 
+class Unusable(ValueError):
+    """Not a usage record tfboot can read; the message says why, never the content."""
+
+
 def _constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number a usage record holds")
+    raise Unusable(f"not JSON ({name} is not a number a usage record holds)")
 
 
 def loads(data: bytes) -> Any:
-    """JSON without ``NaN``/``Infinity``; ``ValueError`` for anything else it cannot take
+    """JSON without ``NaN``/``Infinity``; ``Unusable`` for anything else it cannot take
     (nesting too deep included)."""
     try:
         return json.loads(data, parse_constant=_constant)
     except RecursionError:
-        raise ValueError("nested too deeply") from None
+        raise Unusable("not JSON (nested too deeply)") from None
+    except Unusable:
+        raise
+    except ValueError:
+        raise Unusable("not JSON") from None
+
+
+def read(path: str, limit: int) -> dict[str, Any]:
+    """The usage record in the regular file ``path`` (at most ``limit`` bytes); ``Unusable``
+    saying why it is not one, or ``OSError``. A FIFO or a device is refused before it is
+    opened, and opened without waiting should it become one meanwhile."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise Unusable("not a regular file")
+    with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as source:
+        if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
+            raise Unusable("not a regular file")
+        data = source.read(limit + 1)
+    if len(data) > limit:
+        raise Unusable(f"larger than {limit} bytes, not a usage record")
+    record = loads(data)
+    found = problem(record)
+    if found is not None:
+        raise Unusable(found)
+    return record
 
 
 def _field(value: Any, kind: str, bound: float) -> bool:
