@@ -154,6 +154,31 @@ def test_no_lock_of_tfboot_is_inherited_taken_by_a_fork() -> None:
     assert done.returncode == 0 and "child 0" in done.stdout, done.stderr
 
 
+def test_a_forked_child_has_the_sigterm_disposition_it_would_have_without_tfboot() -> None:
+    """A fork child gets SIGTERM's default back, and a SIGTERM sent the moment it starts
+    ends it, as without tfboot (a Python handler inherited across the fork would lose it)."""
+    code = (
+        TORCH
+        + """
+        import multiprocessing as mp, os, signal, sys, time
+        def child():
+            sys.exit(0 if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL else 3)
+        p = mp.get_context("fork").Process(target=child); p.start(); p.join()
+        codes = [p.exitcode]
+        for _ in range(10):
+            p = mp.get_context("fork").Process(target=time.sleep, args=(30,))
+            p.start()
+            os.kill(p.pid, signal.SIGTERM)
+            p.join()
+            codes.append(p.exitcode)
+        print(codes, flush=True)
+    """
+    )
+    done = run(code, {}, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == str([0] + [-15] * 10)
+
+
 def test_the_exit_ends_within_the_deadline_whatever_the_gateway_does(stalling: str) -> None:
     began = time.monotonic()
     done = run(TORCH, {"TFBOOT_PUSHGATEWAY": stalling}, timeout=60)

@@ -6,7 +6,8 @@ chained ``sys.excepthook``; the program's hook still prints). SIGTERM, where the
 has no handler of its own yet: the final report, then the signal again with its default
 action, so the process still ends by it. Where the program had a handler before the
 framework's import: a snapshot is asked for (no I/O in the handler), then the program's
-handler runs and decides; one installed later simply replaces tfboot's. A process that
+handler runs and decides; one installed later simply replaces tfboot's. A forked child
+gets the disposition that was there before tfboot. A process that
 ignores SIGTERM keeps ignoring it (no handler is installed), and so does PID 1 with no
 handler (the kernel drops a signal PID 1 does not handle): it gets a snapshot and goes on,
 and its real end is reported at exit. tfboot's part of a handler never raises into the
@@ -76,3 +77,30 @@ def _on_sigterm(report: Any) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, handler)
+    _forks_get_the_program_s(handler, previous)
+
+
+def _forks_get_the_program_s(handler: Any, previous: Any) -> None:
+    """A forked child gets SIGTERM's disposition as it was before tfboot (it reports
+    nothing of its own). SIGTERM is blocked across the fork: a Python handler inherited
+    by the child would lose a signal that arrives before the child's interpreter has
+    settled (CPython clears the pending flags after a fork), where the default action
+    would have ended it; blocked, it waits and then takes the restored disposition."""
+    blocked = {signal.SIGTERM}
+
+    def before() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+
+    def after_in_parent() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
+
+    def after_in_child() -> None:
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            if signal.getsignal(signal.SIGTERM) is handler:
+                signal.signal(signal.SIGTERM, previous)
+        after_in_parent()
+
+    os.register_at_fork(before=before, after_in_parent=after_in_parent,
+                        after_in_child=after_in_child)  # fmt: skip
