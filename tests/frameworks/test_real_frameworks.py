@@ -16,11 +16,14 @@ pytestmark = pytest.mark.slow
 # The threads in JAX's CPU client pool (named tf_XLAEigen), counted after a computation.
 JAX_POOL = """
 import os
+def _name(task):
+    try:  # a thread may end between the listing and the read
+        with open(f"/proc/self/task/{task}/comm") as comm:
+            return comm.read()
+    except FileNotFoundError:
+        return ""
 def jax_pool():
-    return sum(
-        open(f"/proc/self/task/{t}/comm").read().startswith("tf_XLAEigen")
-        for t in os.listdir("/proc/self/task")
-    )
+    return sum(_name(t).startswith("tf_XLAEigen") for t in os.listdir("/proc/self/task"))
 """
 
 
