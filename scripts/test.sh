@@ -41,7 +41,7 @@ venv .venv-nightly requirements/nightly.txt
 # The version matrix: an environment per older framework version, where what tfboot sets
 # moved (tests/frameworks/test_jax_versions.py, test_tensorflow_versions.py).
 for jax in 0.4.26 0.4.30 0.4.38 0.5.0; do venv ".venv-jax-$jax" "requirements/jax-$jax.txt"; done
-venv .venv-tf-2.12 requirements/tf-2.12.txt
+for tf in 2.12 2.16-keras-3.0 2.17-tf-keras; do venv ".venv-tf-$tf" "requirements/tf-$tf.txt"; done
 # Python 3.10, as on Ubuntu 22.04 and older NGC images: pyenv's, else one on PATH.
 py310="$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.10*/bin/python3.10 2>/dev/null | tail -n 1)"
 py310="${py310:-$(command -v python3.10 || true)}"

@@ -1,6 +1,8 @@
 """TensorFlow at the versions where what tfboot sets moved, each in an environment of its own
 (built by scripts/test.sh from requirements/tf-*.txt; the test environment holds the
-newest): TensorFlow 2.12.1 (Keras 2), 2.15.1 (Keras 2) on Python 3.10, and the newest.
+newest): TensorFlow 2.12.1 (Keras 2), 2.15.1 (Keras 2) on Python 3.10, 2.16.2 with the
+oldest Keras 3 (3.0.5), 2.17.1 keeping Keras 2 through tf-keras (``TF_USE_LEGACY_KERAS=1``),
+and the newest.
 Every claim of the configured line, ``tfboot show`` and ``doctor --json`` is one that
 version takes, read back from TensorFlow itself (its thread pools, its logical devices,
 Keras's policy, tf.data's ``GetOptions`` on a pipeline).
@@ -39,7 +41,9 @@ def python(version: str) -> str:
     return matrix_python("tf", version)
 
 
-VERSIONS = ["2.12", "2.15-py3.10", "newest"]
+VERSIONS = ["2.12", "2.15-py3.10", "2.16-keras-3.0", "2.17-tf-keras", "newest"]
+# What each environment's images set besides: tf-keras is used only when asked for.
+ROW_ENV = {"2.17-tf-keras": {"TF_USE_LEGACY_KERAS": "1"}}
 ROWS = """
 import json, sys, tensorflow as tf
 print(json.dumps({"python": sys.version_info[:2], "tf": tf.__version__,
@@ -52,7 +56,8 @@ print(json.dumps({"python": sys.version_info[:2], "tf": tf.__version__,
 
 def run(version: str, args: list[str], env: dict[str, str] | None = None,
         ) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    return subprocess.run([python(version), *args], env=scenario_env(ENV if env is None else env),
+    env = {**(ENV if env is None else env), **ROW_ENV.get(version, {})}
+    return subprocess.run([python(version), *args], env=scenario_env(env),
                           text=True, capture_output=True, timeout=300, cwd=Path("/"))  # fmt: skip
 
 
@@ -96,11 +101,17 @@ def test_tf_data_gets_only_the_options_that_tensorflow_has(version: str) -> None
     assert json.dumps(doctor).count("initial parallelism 2") == 0
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+# Keras 3 with the JAX backend needs JAX: the newest environment has it.
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v != "2.16-keras-3.0"])
 def test_keras_2_runs_on_tensorflow_whatever_keras_backend_says(version: str) -> None:
-    """Keras 2 reads no KERAS_BACKEND: a leftover one never makes TensorFlow a data loader
-    (which would hide its GPUs). Keras 3 (the newest environment) does take it."""
-    code = "import keras, tensorflow as tf; print(keras.__version__)"
+    """Keras 2 (bundled, or tf-keras with ``TF_USE_LEGACY_KERAS=1``) reads no KERAS_BACKEND:
+    a leftover one never makes TensorFlow a data loader (which would hide its GPUs). Keras 3
+    (the newest environment) does take it."""
+    code = (
+        "import os, importlib; keras = importlib.import_module('tf_keras' if "
+        "os.environ.get('TF_USE_LEGACY_KERAS') else 'keras'); import tensorflow; "
+        "print(keras.__version__)"
+    )
     done = run(version, ["-c", code], {"KERAS_BACKEND": "jax", "CPU_THREADS": "2"})
     assert done.returncode == 0, done.stderr
     configured = next(x for x in done.stderr.splitlines() if "configured TensorFlow" in x)
