@@ -92,7 +92,13 @@ def _torch(torch: Any) -> dict[str, Any]:
     memory = {}
     for ordinal in range(count):
         total = torch.cuda.get_device_properties(ordinal).total_memory
-        fraction = torch.cuda.get_per_process_memory_fraction(ordinal)
+        read = getattr(torch.cuda, "get_per_process_memory_fraction", None)  # from PyTorch 2.6
+        if read is None:
+            memory[f"cuda:{ordinal}"] = {"fraction": None, "limit_bytes": None,
+                                         "why": f"PyTorch {torch.__version__} cannot read the "
+                                                "fraction back (from 2.6)"}  # fmt: skip
+            continue
+        fraction = read(ordinal)
         memory[f"cuda:{ordinal}"] = {"fraction": fraction, "limit_bytes": int(fraction * total)}
     return {
         "version": torch.__version__,
