@@ -129,7 +129,8 @@ def render(sections: dict[str, dict[str, Any]]) -> list[str]:
         lines.append(f"  devices: {', '.join(section.get('devices', [])) or 'none'}")
         for name, entry in section.get("memory", {}).items():
             limit = entry.get("limit_bytes")
-            lines.append(f"  {name}: {'cap ' + str(limit >> 20) + ' MiB' if limit else 'no cap'}")
+            shown = f"cap {limit >> 20} MiB" if limit else entry.get("why") or "no cap"
+            lines.append(f"  {name}: {shown}")
         threads = ", ".join(f"{k} {v}" for k, v in section.get("threads", {}).items())
         lines.append(f"  threads: {threads or 'unknown'}")
         lines += [f"  env: {k}={v}" for k, v in section.get("environ", {}).items()]

@@ -17,16 +17,17 @@ from typing import Any
 from ..node.deviceplugin import PLUGINS
 from .documents import quantity
 
-POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
-    "Pod": ("spec",),
-    "PodTemplate": ("template", "spec"),
-    "Job": ("spec", "template", "spec"),
-    "Deployment": ("spec", "template", "spec"),
-    "StatefulSet": ("spec", "template", "spec"),
-    "DaemonSet": ("spec", "template", "spec"),
-    "ReplicaSet": ("spec", "template", "spec"),
-    "ReplicationController": ("spec", "template", "spec"),
-    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+# Where each built-in kind holds its Pod template (metadata and spec); a Pod is its own.
+TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
+    "Pod": (),
+    "PodTemplate": ("template",),
+    "Job": ("spec", "template"),
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "ReplicationController": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
 }
 MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-\d+g\.(\d+)gb$")
 # More devices than any node has: such a count is reported (hardening) and grants nothing.
@@ -109,27 +110,35 @@ def dig(doc: Any, path: Sequence[str]) -> Any:
     return node
 
 
-def pod_templates(doc: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(group, pod spec)`` for each Pod template of one object; group "" for built-ins."""
+def templates(doc: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(group, Pod template)`` for each Pod template of one object (the mapping that holds
+    its ``metadata`` and ``spec``; a Pod is its own); group "" for built-ins."""
     kind = str(doc.get("kind", ""))
     if kind == "JobSet":
         rjobs = dig(doc, ("spec", "replicatedJobs"))
         for rjob in rjobs if isinstance(rjobs, list) else []:
-            pod = dig(rjob, ("template", "spec", "template", "spec"))
-            if isinstance(pod, dict):
-                yield str(rjob.get("name", "?")), pod
+            template = dig(rjob, ("template", "spec", "template"))
+            if isinstance(template, dict):
+                yield str(rjob.get("name", "?")), template
     elif kind == "TFJob":
         replicas = dig(doc, ("spec", "tfReplicaSpecs"))
         for rtype, spec in (replicas if isinstance(replicas, Mapping) else {}).items():
-            pod = dig(spec, ("template", "spec"))
-            if isinstance(pod, dict):
-                yield str(rtype), pod
-    elif kind in POD_SPEC_PATHS:
-        pod = dig(doc, POD_SPEC_PATHS[kind])
-        if isinstance(pod, dict):
-            yield "", pod
+            template = dig(spec, ("template",))
+            if isinstance(template, dict):
+                yield str(rtype), template
+    elif kind in TEMPLATE_PATHS:
+        template = dig(doc, TEMPLATE_PATHS[kind])
+        if isinstance(template, dict):
+            yield "", template
     else:
         yield from _templates_anywhere(doc.get("spec"), "")
+
+
+def pod_templates(doc: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(group, pod spec)`` for each Pod template of one object; group "" for built-ins."""
+    for group, template in templates(doc):
+        if isinstance(template.get("spec"), dict):
+            yield group, template["spec"]
 
 
 # An unknown kind's Pod templates are looked for this deep, among at most this many values.
@@ -137,15 +146,16 @@ MAX_DEPTH, MAX_VALUES = 12, 100_000
 
 
 def _templates_anywhere(node: Any, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every ``template.spec`` with a ``containers`` list under ``node``, with its place."""
+    """Every ``template`` whose ``spec`` has a ``containers`` list under ``node``, with its
+    place."""
     stack, seen = [(node, where, 0)], 0
     while stack and seen < MAX_VALUES:
         value, place, depth = stack.pop()
         seen += 1
         if isinstance(value, Mapping):
-            pod = dig(value, ("template", "spec"))
-            if isinstance(pod, dict) and isinstance(pod.get("containers"), list):
-                yield place or "spec", pod
+            template = value.get("template")
+            if isinstance(dig(template, ("spec", "containers")), list):
+                yield place or "spec", template
                 continue
             if depth < MAX_DEPTH:
                 stack += [(v, f"{place}.{k}".lstrip("."), depth + 1)
