@@ -25,7 +25,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("executor", ("executor",)),
     ("usage", ("usage",)),
     ("start-up", ("", "_startup", "_hook")),
-    ("tools", ("__main__", "cli", "doctor", "verify", "selftest", "manifests", "suggestcmd")),
+    ("tools", ("__main__", "cli", "doctor", "verify", "selftest", "manifests", "inject",
+               "suggestcmd")),
 )
 ADAPTERS = "adapters"
 

@@ -1,4 +1,5 @@
-"""The ``tfboot`` command line: show, check, doctor, selftest, manifests, suggest."""
+"""The ``tfboot`` command line: show, check, doctor, selftest, manifests, inject, uninject,
+suggest."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ memory growth (MEMORY_GROWTH), logical GPUs per GPU (VIRTUAL_SPLIT), CPU threads
   selftest    check each GPU row of the contract on this node, each in a fresh process;
               exit status 0 all passed or skipped, 1 a row failed, 3 no GPU
   manifests   check Kubernetes manifests: env against resource limits, security context
+  inject      add tfboot to the Pod templates of manifests, no image rebuilt (docs/inject.md)
+  uninject    take out what inject added
   suggest     what to set next time (env, Pod resources, Slurm options) from usage files
 """
 
@@ -42,6 +45,7 @@ examples:
   VIRTUAL_SPLIT=2 python -m tfboot doctor --json
   tfboot selftest --gpu 1 --json
   kubectl kustomize k8s/overlays/virtual-split | tfboot manifests -
+  tfboot inject --image registry.example/tfboot-inject:0.1.0 job.yaml > job.injected.yaml
   tfboot suggest --patch usage/*.json > overlays/sized/usage.yaml
 """
 
@@ -384,6 +388,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     checker.add_arguments(manifests)
     manifests.set_defaults(func=checker.run)
+
+    from . import inject as injector
+
+    for name, text, undo in (("inject", injector.DESCRIPTION, False),
+                             ("uninject", injector.UNDO, True)):  # fmt: skip
+        sub = commands.add_parser(name, help=f"{name} tfboot (see docs/inject.md)",
+                                  description=text)  # fmt: skip
+        injector.add_arguments(sub, undo)
+        sub.set_defaults(func=injector.run)
 
     from . import suggestcmd
 

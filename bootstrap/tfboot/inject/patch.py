@@ -1,0 +1,236 @@
+"""Inject tfboot into one object's Pod templates, or take it out again, on parsed objects.
+
+``inject`` adds the template's parts (``template.py``) and records on the Pod template, in
+the ``tfboot/injected`` annotation, what it created and each ``PYTHONPATH`` it changed, so
+``uninject`` gives back exactly what was there. Injecting an injected template with the same
+image and mode changes nothing; with another, it is taken out first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..manifests.workloads import dig, templates
+from . import template as t
+from .interpreter import ADVICE, ignored_by
+
+
+class InjectError(ValueError):
+    """A workload that cannot be injected as asked; nothing is printed then."""
+
+
+@dataclass(frozen=True)
+class Options:
+    image: str
+    mode: str = "init"
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    found = dig(obj, ("metadata", "annotations"))
+    return found if isinstance(found, Mapping) else {}
+
+
+def _annotation(doc: Mapping[str, Any], template: Mapping[str, Any], key: str) -> str | None:
+    """An annotation of the Pod template, else of the workload."""
+    for obj in (template, doc):
+        value = _annotations(obj).get(key)
+        if value is not None:
+            return str(value)
+    return None
+
+
+def inject(doc: dict[str, Any], opts: Options, name: str) -> list[str]:
+    """Inject every Pod template of ``doc`` (named ``name`` in messages); the notes to print.
+    Raises ``InjectError`` before changing anything when one template cannot be injected."""
+    plans = []
+    for group, template in templates(doc):
+        where = f"{name} {group}".strip()
+        if _annotation(doc, template, t.OPT_OUT) == "false":
+            continue
+        record = _record(template)
+        if record.get("image") == opts.image and record.get("mode") == opts.mode:
+            continue
+        plans.append((where, template, _chosen(doc, template, where)))
+    notes: list[str] = []
+    for where, template, chosen in plans:
+        if _record(template) or _parts_present(template):
+            _uninject_template(template)
+        notes += _inject_template(doc, template, chosen, opts, where)
+    return notes
+
+
+def _chosen(doc: Mapping[str, Any], template: Mapping[str, Any], where: str) -> list[str]:
+    """The app containers to inject, checked: every one by default, else the annotation's."""
+    containers = [c for c in dig(template, ("spec", "containers")) or [] if isinstance(c, dict)]
+    names = [str(c.get("name", "")) for c in containers]
+    asked = _annotation(doc, template, t.CHOOSE)
+    chosen = names if asked is None else [n.strip() for n in asked.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in names]
+    if unknown:
+        raise InjectError(f"{where}: annotation {t.CHOOSE}={asked!r} names no container "
+                          f"{', '.join(unknown)} (containers: {', '.join(names)})")  # fmt: skip
+    for container in containers:
+        if container.get("name") in chosen:
+            for entry in container.get("env") or []:
+                if (
+                    isinstance(entry, Mapping)
+                    and entry.get("name") == "PYTHONPATH"
+                    and ("valueFrom" in entry)
+                ):
+                    raise InjectError(
+                        f"{where} container {container['name']}: PYTHONPATH comes from "
+                        f"valueFrom ({json.dumps(entry['valueFrom'])}), which tfboot inject "
+                        "cannot merge its hook into: give PYTHONPATH as a value, or leave the "
+                        f"container out with the annotation {t.CHOOSE}"
+                    )
+    return chosen
+
+
+def _record(template: Mapping[str, Any]) -> dict[str, Any]:
+    raw = _annotations(template).get(t.RECORD)
+    try:
+        found = json.loads(str(raw)) if raw is not None else {}
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _parts_present(template: Mapping[str, Any]) -> bool:
+    volumes = dig(template, ("spec", "volumes")) or []
+    return any(isinstance(v, Mapping) and v.get("name") == t.VOLUME for v in volumes)
+
+
+def _list(owner: dict[str, Any], key: str, created: list[str], path: str) -> list[Any]:
+    if not isinstance(owner.get(key), list):
+        if key not in owner:
+            created.append(path)
+        owner[key] = []
+    return owner[key]
+
+
+def _inject_template(
+    doc: Mapping[str, Any], template: dict[str, Any], chosen: list[str], opts: Options, where: str
+) -> list[str]:
+    created: list[str] = []
+    pythonpaths: dict[str, str | None] = {}
+    notes: list[str] = []
+    pod = template["spec"]
+    given = _annotation(doc, template, t.IMAGE_PYTHONPATH)
+    _list(pod, "volumes", created, "spec.volumes").append(t.volume(opts.mode, opts.image))
+    inits: list[dict[str, Any]] = []
+    if opts.mode == "init":
+        inits.append(t.copy_container(opts.image))
+    for container in pod["containers"]:
+        name = str(container.get("name", ""))
+        if name not in chosen:
+            continue
+        path = f"containers/{name}"
+        _list(container, "volumeMounts", created, f"{path}/volumeMounts").append(
+            t.app_mount(opts.mode)
+        )
+        env = _list(container, "env", created, f"{path}/env")
+        entry = next((e for e in env if _named("PYTHONPATH")(e)), None)
+        if entry is not None:
+            old = str(entry.get("value", ""))
+            pythonpaths[name] = old
+            entry["value"] = f"{t.HOOK}:{old}" if old else t.HOOK
+        else:
+            pythonpaths[name] = None
+            image_value = "" if given == "none" else given
+            env.append({"name": "PYTHONPATH",
+                        "value": f"{t.HOOK}:{image_value}" if image_value else t.HOOK})  # fmt: skip
+            if given is None and opts.mode == "init":
+                env.append({"name": t.CONTAINER_ENV, "value": name})
+                inits.append(t.probe_container(container))
+            elif given is None:
+                notes.append(
+                    f"{where} container {name}: the image's own PYTHONPATH (its ENV), if any, is "
+                    "replaced by the container's in Kubernetes, and image mode cannot read it: "
+                    f'give it in the annotation {t.IMAGE_PYTHONPATH} ("none" if it has none)'
+                )
+        for why in ignored_by(container):
+            notes.append(f"{where} container {name}: its command runs Python with {why}, so the "
+                         f"hook does not run there: {ADVICE}")  # fmt: skip
+    if inits:
+        _list(pod, "initContainers", created, "spec.initContainers").extend(inits)
+    if not isinstance(template.get("metadata"), dict):
+        created.append("metadata")
+        template["metadata"] = {}
+    annotations = template["metadata"]
+    if not isinstance(annotations.get("annotations"), dict):
+        created.append("metadata.annotations")
+        annotations["annotations"] = {}
+    record = {"mode": opts.mode, "image": opts.image, "created": created,
+              "pythonpath": pythonpaths}  # fmt: skip
+    annotations["annotations"][t.RECORD] = json.dumps(record, separators=(",", ":"))
+    return notes
+
+
+def uninject(doc: dict[str, Any]) -> None:
+    """Take tfboot's parts out of every Pod template of ``doc``."""
+    for _, template in templates(doc):
+        if _record(template) or _parts_present(template):
+            _uninject_template(template)
+
+
+def _without(owner: dict[str, Any], key: str, drop: Any, created: list[str], path: str) -> None:
+    """Remove the items ``drop`` accepts from ``owner[key]``; the key too if inject made it."""
+    items = owner.get(key)
+    if not isinstance(items, list):
+        return
+    items[:] = [item for item in items if not drop(item)]
+    if not items and path in created:
+        del owner[key]
+
+
+def _named(*names: str) -> Any:
+    return lambda item: isinstance(item, Mapping) and item.get("name") in names
+
+
+def _uninject_template(template: dict[str, Any]) -> None:
+    record = _record(template)
+    created = [str(c) for c in record.get("created", [])]
+    pythonpaths = record.get("pythonpath") or {}
+    pod = template.get("spec") or {}
+    _without(pod, "volumes", _named(t.VOLUME), created, "spec.volumes")
+    _without(pod, "initContainers",
+             lambda c: isinstance(c, Mapping) and t.is_injected_init(c.get("name")),
+             created, "spec.initContainers")  # fmt: skip
+    for container in pod.get("containers") or []:
+        if not isinstance(container, dict):
+            continue
+        path = f"containers/{container.get('name')}"
+        _without(container, "volumeMounts", _named(t.VOLUME), created, f"{path}/volumeMounts")
+        for entry in container.get("env") or []:
+            if isinstance(entry, dict) and entry.get("name") == "PYTHONPATH":
+                _restore(entry, container.get("name"), pythonpaths)
+        _without(container, "env", lambda e: _named(t.CONTAINER_ENV)(e) or e is None,
+                 created, f"{path}/env")  # fmt: skip
+    metadata = template.get("metadata")
+    if isinstance(metadata, dict):
+        annotations = metadata.get("annotations")
+        if isinstance(annotations, dict):
+            annotations.pop(t.RECORD, None)
+            if not annotations and "metadata.annotations" in created:
+                del metadata["annotations"]
+        if not metadata and "metadata" in created:
+            del template["metadata"]
+
+
+def _restore(entry: dict[str, Any], name: Any, pythonpaths: Mapping[str, Any]) -> None:
+    """PYTHONPATH as it was: from the record, else without the hook's entry."""
+    value = str(entry.get("value", ""))
+    if name in pythonpaths:
+        old = pythonpaths[name]
+    elif value == t.HOOK or value.startswith(t.HOOK + ":"):
+        old = value[len(t.HOOK) + 1 :] or None
+    else:
+        return
+    if old is None:
+        entry.clear()  # dropped with the env list's other None-like entries below
+        entry["name"] = t.CONTAINER_ENV
+    else:
+        entry["value"] = old
