@@ -60,6 +60,49 @@ def test_malformed_values_name_the_variable(value: str, words: str) -> None:
     assert "none is set" not in text  # it is set: the problem is its value
 
 
+PIPE = "CUDA_MPS_PIPE_DIRECTORY"
+
+
+def test_auto_with_only_the_mps_pipe_says_the_limit_is_on_the_daemon() -> None:
+    """NVIDIA's DRA driver and device plugin hand the container the pipe, not the limit."""
+    text = problem_text({"MEMORY_LIMIT_MB": "auto", PIPE: "/tmp/nvidia-mps"})
+    assert text.startswith("MEMORY_LIMIT_MB='auto' is invalid: ")
+    assert f"MPS is there ({PIPE}='/tmp/nvidia-mps')" in text
+    assert "its memory limit is not visible in the container" in text
+    assert "NVIDIA's DRA driver and device plugin set it on the MPS control daemon" in text
+    assert (
+        "set MEMORY_LIMIT_MB to the claim's defaultPinnedDeviceMemoryLimit in MiB minus 512" in text
+    )
+    assert f"or set {MPS} to that limit" in text
+
+
+def test_auto_with_nothing_says_nothing_of_mps() -> None:
+    for env in ({}, {PIPE: " "}):
+        text = problem_text({"MEMORY_LIMIT_MB": "auto", **env})
+        assert "none is set" in text and "MPS is there" not in text
+
+
+def test_the_pipe_beside_a_limit_takes_the_limit() -> None:
+    assert caps({MPS: "4G", PIPE: "/tmp/nvidia-mps"})[0] == 3584
+
+
+def test_check_command_says_so_too(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from tfboot.cli import main
+
+    monkeypatch.setenv("MEMORY_LIMIT_MB", "auto")
+    monkeypatch.setenv(PIPE, "/tmp/nvidia-mps")
+    for name in (
+        MPS,
+        "CUDA_DEVICE_MEMORY_LIMIT",
+        "ALIYUN_COM_GPU_MEM_CONTAINER",
+        "TFBOOT_ENV_FILE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["check"]) == 1
+    out, err = capsys.readouterr()
+    assert "its memory limit is not visible in the container" in out + err
+
+
 def test_the_smaller_hard_share_holds_per_gpu() -> None:
     env = {"CUDA_DEVICE_MEMORY_LIMIT": "3000m", MPS: "0=2G,1=8G"}
     limit, per_gpu, source = caps(env)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .cluster import MODES, NAMES
 from .errors import ConfigError, Problem, bounded
-from .node.deviceplugin import looked_for, read_plugin_limit
+from .node.deviceplugin import auto_without_share, read_plugin_limit
 from .provenance import user_value
 from .values import digits, hide_credentials, nonblank, positive, shorten
 
@@ -430,15 +430,8 @@ def resolve(env: Mapping[str, str] | None = None, names: Collection[str] | None 
             per_gpu = limit.per_gpu
             given["MEMORY_LIMIT_MB"] = (given["MEMORY_LIMIT_MB"][0], limit.source)
         elif len(problems) == before:  # else a plugin variable is invalid, and says so
-            problems.append(
-                Problem(
-                    "MEMORY_LIMIT_MB",
-                    given["MEMORY_LIMIT_MB"][0],
-                    "auto takes the cap a GPU-sharing device plugin gave the container, "
-                    "but none is set",
-                    f"looked for {looked_for()}; set MEMORY_LIMIT_MB to a number",
-                )
-            )
+            missing, hint = auto_without_share(env)
+            problems.append(Problem("MEMORY_LIMIT_MB", given["MEMORY_LIMIT_MB"][0], missing, hint))
 
     cluster = None
     if values["DISTRIBUTED"] != "off" and names is None:

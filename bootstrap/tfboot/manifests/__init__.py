@@ -6,6 +6,8 @@ checker reads each workload's Pod template (Pod, PodTemplate, Job, CronJob, Depl
 StatefulSet, DaemonSet, ReplicaSet, ReplicationController), rebuilds every container's
 environment the way the kubelet and the GPU device plugin would, and runs tfboot's own
 parser and planner on it (``settings.resolve``, ``plan.make_plan``): one parser, no copy.
+DRA ResourceClaims and ResourceClaimTemplates in the inputs give their containers GPUs
+and, under NVIDIA's MPS sharing, the memory limit the cap must stay below.
 
 Input: files or ``-`` (stdin), multi-document YAML or JSON (a ``List`` too). JSON needs
 nothing extra; YAML needs PyYAML (``pip install 'tfboot[manifests]'``), imported only here.
@@ -15,7 +17,8 @@ Output: one line per finding (file, object, container, severity, rule, message, 
 cannot be read at all, else 0.
 
 This module is the command line. The rest of the package: ``documents`` (reading inputs),
-``workloads`` (Pod templates, containers, GPU grants), ``environment`` (a container's env),
+``workloads`` (Pod templates, containers, GPU grants), ``claims`` (DRA claims and their MPS
+limits), ``dracaps`` (the cap each container needs under one), ``environment`` (a container's env),
 ``variables`` and ``hardening`` (the checks), ``checker`` (running them), ``rules`` and
 ``report`` (the rule table, findings and output).
 """
@@ -28,6 +31,7 @@ from collections.abc import Sequence
 
 from .checker import check_paths, check_text
 from .documents import InputError, quantity
+from .dracaps import mps_caps, pod_mps_caps
 from .environment import container_env
 from .report import Finding, Report, print_report
 from .rules import RULES
@@ -46,6 +50,8 @@ __all__ = [
     "container_env",
     "gpu_grant",
     "main",
+    "mps_caps",
+    "pod_mps_caps",
     "quantity",
     "run",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from .claims import read_claims
 from .cluster import check_cluster
 from .documents import DocumentError, parse_documents, read_source
 from .hardening import check_image, check_resources, check_security
@@ -30,6 +31,7 @@ def check_text(file: str, text: str, report: Report) -> None:
     objects: set[str] = set()
     try:
         maps = configmaps(docs)
+        claims = read_claims(docs)
         for obj, group, pod in workloads(docs):
             objects.add(obj)
             if not pod.get("containers"):
@@ -39,7 +41,7 @@ def check_text(file: str, text: str, report: Report) -> None:
                     "the Pod template has no containers: the API server refuses it",
                     "list the training container under spec.containers",
                 )
-            for container in containers(file, obj, pod, maps, group):
+            for container in containers(file, obj, pod, maps, group, claims):
                 report.containers += 1
                 for check in CONTAINER_CHECKS:
                     _run_check(check, container, report)

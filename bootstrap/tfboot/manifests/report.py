@@ -6,7 +6,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass, field
 
-from .rules import ERROR, RULES, WARNING
+from .rules import ERROR, NOTE, RULES, WARNING
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,10 @@ def print_report(report: Report, as_json: bool) -> None:
         return
     for finding in report.findings:
         print(finding.line())
+    notes = report.count(NOTE)
     print(
-        f"tfboot manifests: {errors} error(s), {warnings} warning(s) in "
+        f"tfboot manifests: {errors} error(s), {warnings} warning(s)"
+        f"{f', {notes} note(s)' if notes else ''} in "
         f"{report.containers} container(s) of {report.objects} object(s)",
         file=sys.stderr,
     )

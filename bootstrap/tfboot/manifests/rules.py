@@ -1,8 +1,11 @@
-"""The rules of ``tfboot manifests``: each rule's id, severity and one-line summary."""
+"""The rules of ``tfboot manifests``: each rule's id, severity and one-line summary.
+
+An error fails the run, a warning fails it under ``--strict``, a note never does.
+"""
 
 from __future__ import annotations
 
-ERROR, WARNING = "error", "warning"
+ERROR, WARNING, NOTE = "error", "warning", "note"
 # Below a hard share, TensorFlow's cap must leave this much for the CUDA context and libraries.
 MIN_HEADROOM_MIB = 512
 
@@ -17,6 +20,8 @@ RULES: dict[str, tuple[str, str]] = {
     "gpu-memory-over-share": (ERROR, "TensorFlow's GPU memory exceeds the GPU share granted"),
     "gpu-memory-no-headroom": (WARNING, f"under {MIN_HEADROOM_MIB} MiB left below a hard share"),
     "share-without-cap": (ERROR, "an advisory GPU share (gpushare) without MEMORY_LIMIT_MB"),
+    "dra-mps-memory-auto": (ERROR, "MEMORY_LIMIT_MB=auto under a DRA MPS limit (not in the env)"),
+    "dra-claim-not-found": (NOTE, "a DRA claim not in the inputs: its MPS limit is not checked"),
     "visible-gpu-out-of-range": (ERROR, "a VISIBLE_GPU index the GPU resources do not grant"),
     "split-needs-cap": (ERROR, "VIRTUAL_SPLIT on GPUs that cannot be divided as given"),
     "require-gpu-without-gpu": (ERROR, "REQUIRE_GPU=true with no GPU resource"),

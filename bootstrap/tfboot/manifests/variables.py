@@ -16,14 +16,14 @@ from ..adapters.tensorflow import make_plan
 from ..budget import NO_LIMIT, make_budget
 from ..errors import ConfigError, Problem
 from ..node.cpu import CpuBudget
-from ..node.deviceplugin import PLUGINS
+from ..node.deviceplugin import HARD_HEADROOM_MB, PLUGINS
 from ..node.nccl import SHM
 from ..settings import CONTRACT, CONTROL, DISABLE, MAX_CPU_THREADS, Settings, disabled, resolve
 from .documents import quantity
 from .environment import container_env
 from .report import Report
 from .rules import MIN_HEADROOM_MIB
-from .workloads import Container, GpuGrant, gpu_grant
+from .workloads import Container, GpuGrant, container_grant
 
 ACCEPTED = {variable.name: variable.accepted for variable in CONTRACT + CONTROL}
 
@@ -42,16 +42,47 @@ def _is_auto_without_plugin(problem: Problem) -> bool:
     return problem.variable == "MEMORY_LIMIT_MB" and str(problem.value).strip().lower() == "auto"
 
 
+def _report_auto(container: Container, report: Report) -> None:
+    """``MEMORY_LIMIT_MB=auto`` that finds nothing: under a DRA MPS claim, the cap to write."""
+    dra = container.dra
+    if dra.limit is not None:
+        cap = dra.cap_mib
+        report.add(
+            container.where,
+            "dra-mps-memory-auto",
+            f"MEMORY_LIMIT_MB=auto finds no limit in this container: NVIDIA's DRA driver sets "
+            f"the MPS limit of {dra.limit.where} ({dra.limit.mib} MiB) on the MPS control "
+            "daemon and hands the container only CUDA_MPS_PIPE_DIRECTORY",
+            f"set MEMORY_LIMIT_MB to {cap} (the limit minus {HARD_HEADROOM_MB} MiB of headroom "
+            "for the CUDA context)"
+            if cap
+            else f"raise the limit above {HARD_HEADROOM_MB} MiB, and set MEMORY_LIMIT_MB to "
+            f"the limit minus {HARD_HEADROOM_MB}",
+        )
+    elif dra.gpus or dra.missing:
+        report.add(
+            container.where,
+            "memory-auto-without-share",
+            "MEMORY_LIMIT_MB=auto takes the share a GPU-sharing device plugin sets in the "
+            "container, and NVIDIA's DRA driver sets none there (an MPS limit stays on the "
+            "MPS control daemon)",
+            "give MEMORY_LIMIT_MB in MiB; under MPS, the claim's defaultPinnedDeviceMemoryLimit "
+            f"minus {HARD_HEADROOM_MB}",
+        )
+    else:
+        report.add(
+            container.where,
+            "memory-auto-without-share",
+            "MEMORY_LIMIT_MB=auto takes the share a GPU-sharing device plugin grants, "
+            "and no such resource is requested",
+            f"request {_share_resources()}, or give MEMORY_LIMIT_MB in MiB",
+        )
+
+
 def _report_problems(container: Container, problems: Sequence[Problem], report: Report) -> None:
     for problem in problems:
         if _is_auto_without_plugin(problem):
-            report.add(
-                container.where,
-                "memory-auto-without-share",
-                "MEMORY_LIMIT_MB=auto takes the share a GPU-sharing device plugin grants, "
-                "and no such resource is requested",
-                f"request {_share_resources()}, or give MEMORY_LIMIT_MB in MiB",
-            )
+            _report_auto(container, report)
         else:
             accepted = ACCEPTED.get(problem.variable, "")
             hint = problem.hint or (f"accepted: {accepted}" if accepted else "")
@@ -129,8 +160,12 @@ def _check_share(container: Container, plan: Plan, grant: GpuGrant, report: Repo
     if grant.share_mib is None or not grant.count:
         return
     used = [sum(sizes) for sizes in plan.logical_mb.values()]
-    resource = next((p.resource for p in PLUGINS if p.key == grant.plugin), "the MIG profile")
+    resource = grant.source or next(
+        (p.resource for p in PLUGINS if p.key == grant.plugin), "the MIG profile"
+    )
     share = f"{grant.share_mib} MiB per GPU ({resource})"
+    cap = grant.share_mib - MIN_HEADROOM_MIB
+    raise_it = "the claim's MPS limit" if grant.plugin == "dra-mps" else "the share"
     if not used:
         if not grant.hard:
             report.add(
@@ -148,8 +183,9 @@ def _check_share(container: Container, plan: Plan, grant: GpuGrant, report: Repo
             "gpu-memory-over-share",
             f"TensorFlow gets {top} MiB per GPU (MEMORY_LIMIT_MB/VIRTUAL_SPLIT), "
             f"more than the share of {share}",
-            f"lower MEMORY_LIMIT_MB to at most {grant.share_mib - MIN_HEADROOM_MIB}, "
-            "or raise the share",
+            f"lower MEMORY_LIMIT_MB to at most {cap}, or raise {raise_it}"
+            if cap > 0
+            else f"raise {raise_it} above {MIN_HEADROOM_MIB} MiB",
         )
     elif grant.hard and grant.share_mib - top < MIN_HEADROOM_MIB:
         report.add(
@@ -158,8 +194,9 @@ def _check_share(container: Container, plan: Plan, grant: GpuGrant, report: Repo
             f"TensorFlow gets {top} MiB per GPU under a hard share of {share}: "
             f"{grant.share_mib - top} MiB left for the CUDA context, cuDNN and cuBLAS, "
             "which live outside the cap",
-            f"set MEMORY_LIMIT_MB to {grant.share_mib - MIN_HEADROOM_MIB} or less "
-            "(1 GiB of headroom is safer)",
+            f"set MEMORY_LIMIT_MB to {cap} or less (1 GiB of headroom is safer)"
+            if cap > 0
+            else f"raise {raise_it} above {MIN_HEADROOM_MIB} MiB",
         )
 
 
@@ -225,10 +262,34 @@ def _check_shm(container: Container, settings: Settings, grant: GpuGrant, report
     )
 
 
+def _check_claims(container: Container, env: Mapping[str, str], report: Report) -> None:
+    """The DRA claims' MPS limits that cannot be read, or are not in the inputs."""
+    dra = container.dra
+    for text in dra.invalid:
+        report.add(
+            container.where,
+            "quantity-invalid",
+            f"the MPS limit {text}",
+            "write the limit as a quantity such as 10Gi",
+        )
+    if dra.missing and env.get("MEMORY_LIMIT_MB", "").strip():
+        claims = ", ".join(dra.missing)
+        report.add(
+            container.where,
+            "dra-claim-not-found",
+            f"the container takes {claims}, which the inputs do not hold: an MPS limit there "
+            "is not checked against MEMORY_LIMIT_MB",
+            "check the claim with the workload (render both into one input), or keep "
+            "MEMORY_LIMIT_MB at most its defaultPinnedDeviceMemoryLimit minus "
+            f"{HARD_HEADROOM_MB} MiB",
+        )
+
+
 def check_tfboot(container: Container, report: Report) -> None:
-    """The tfboot variables against the resources the container gets."""
-    grant = gpu_grant(container.resources("limits"))
+    """The tfboot variables against the resources the container gets (limits, DRA claims)."""
+    grant = container_grant(container)
     env = container_env(container, grant, report)
+    _check_claims(container, env, report)
     try:
         if disabled(env):
             report.add(

@@ -5,16 +5,20 @@ TFJob one per replica type, each named by that group (``worker/train``). Any oth
 (Kubeflow's other ``*Job`` kinds, Ray, Trainer's TrainJob, an operator's own) is searched
 for every ``template.spec.containers`` it holds, each checked like the known ones and
 named by the key or list item that holds it (``pytorchReplicaSpecs.Worker``).
+
+A container's GPUs come from its limits (device plugins) and from the DRA claims it takes
+(``claims``): ``container_grant`` joins the two.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..node.deviceplugin import PLUGINS
+from .claims import ClaimGrant, ClaimIndex, claim_grant
 from .documents import quantity
 
 # Where each built-in kind holds its Pod template (metadata and spec); a Pod is its own.
@@ -41,9 +45,10 @@ class GpuGrant:
 
     count: int = 0
     share_mib: int | None = None  # GPU memory granted per GPU
-    plugin: str = ""  # a device plugin's key (node.deviceplugin.PLUGINS), "mig", or ""
-    hard: bool = False  # the share is enforced (HAMi, MIG); gpushare's is advisory
+    plugin: str = ""  # a device plugin's key (node.deviceplugin.PLUGINS), "mig", "dra-mps", or ""
+    hard: bool = False  # the share is enforced (HAMi, MIG, MPS); gpushare's is advisory
     plugin_env: dict[str, str] = field(default_factory=dict)
+    source: str = ""  # where the share is set, when not a resource of the limits
 
 
 def _int_limit(limits: Mapping[str, Any], name: str) -> int:
@@ -88,6 +93,7 @@ class Container:
     pod: dict[str, Any]
     where: tuple[str, str, str]
     configmaps: Mapping[str, Mapping[str, str]]
+    dra: ClaimGrant = field(default_factory=ClaimGrant)
 
     def resources(self, kind: str) -> dict[str, Any]:
         value = (self.spec.get("resources") or {}).get(kind) or {}
@@ -100,6 +106,24 @@ class Container:
         """A securityContext field, the container's over the Pod's."""
         own = self.security()
         return own[key] if key in own else (self.pod.get("securityContext") or {}).get(key)
+
+
+def container_grant(container: Container) -> GpuGrant:
+    """What the limits grant, with the GPUs, the MPS limit and the env of the DRA claims.
+
+    A claim the inputs do not hold may bring a GPU: with no other GPU, the container is
+    planned with one, so its GPU settings are not taken for settings without a GPU.
+    """
+    grant = gpu_grant(container.resources("limits"))
+    dra = container.dra
+    gpus = dra.gpus or (1 if dra.missing and not grant.count else 0)
+    if not gpus:
+        return grant
+    env = {**grant.plugin_env, **dra.env()}
+    if dra.limit is None or grant.share_mib is not None:
+        return replace(grant, count=grant.count + gpus, plugin_env=env)
+    source = f"the MPS limit of {dra.limit.where}"
+    return GpuGrant(grant.count + gpus, dra.limit.mib, "dra-mps", True, env, source)
 
 
 def dig(doc: Any, path: Sequence[str]) -> Any:
@@ -191,11 +215,16 @@ def containers(
     pod: dict[str, Any],
     maps: Mapping[str, Mapping[str, str]],
     group: str = "",
+    claims: ClaimIndex | None = None,
 ) -> Iterator[Container]:
-    """The Pod's containers, init containers first; named ``group/name`` within a group."""
+    """The Pod's containers, init containers first; named ``group/name`` within a group.
+
+    With ``claims`` (``claims.read_claims``), each carries what its DRA claims give it.
+    """
     for key in ("initContainers", "containers"):
         for spec in pod.get(key) or []:
             if isinstance(spec, dict):
                 name = str(spec.get("name", "?"))
                 where = (file, obj, f"{group}/{name}" if group else name)
-                yield Container(spec, pod, where, maps)
+                dra = claim_grant(pod, spec, claims) if claims is not None else ClaimGrant()
+                yield Container(spec, pod, where, maps, dra)

@@ -6,9 +6,13 @@ holds for each GPU. gpushare's advisory share counts only when neither is set.
 HAMi sets ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` per visible GPU (or ``CUDA_DEVICE_MEMORY_LIMIT``
 for all) with a unit suffix such as ``6144m``. HAMi enforces that share in its CUDA hook,
 and the share must also hold the CUDA context and libraries, which live outside
-TensorFlow's cap: the cap is the share minus ``HARD_HEADROOM_MB``. MPS (GKE, Amazon ECS,
-NVIDIA's DRA driver) sets ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, enforced by the CUDA
-driver: one amount for every GPU, or ``ordinal=amount`` pairs, with the same headroom.
+TensorFlow's cap: the cap is the share minus ``HARD_HEADROOM_MB``. MPS on GKE and Amazon
+ECS sets ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, enforced by the CUDA driver: one amount for
+every GPU, or ``ordinal=amount`` pairs, with the same headroom. NVIDIA's DRA driver and
+its device plugin set an MPS limit on the MPS control daemon instead (the claim's
+``defaultPinnedDeviceMemoryLimit``), and hand the container only
+``CUDA_MPS_PIPE_DIRECTORY`` and mounts: the limit is not visible there, and ``auto`` says
+so (``auto_without_share``).
 gpushare's share is advisory (nothing enforces it), so the cap is the share itself. gpushare sets
 ``ALIYUN_COM_GPU_MEM_CONTAINER``
 in GiB (or MiB when the plugin runs with ``--memory-unit=MiB``, which it signals by a device
@@ -22,13 +26,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import Problem
-from ..values import digits
+from ..values import digits, quote
 
 HAMI_ALL = "CUDA_DEVICE_MEMORY_LIMIT"
 HAMI_PREFIX = "CUDA_DEVICE_MEMORY_LIMIT_"
 GPUSHARE = "ALIYUN_COM_GPU_MEM_CONTAINER"
 GPUSHARE_DEVICE = "ALIYUN_COM_GPU_MEM_DEV"
 MPS = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+# Where MPS clients find the control daemon: set wherever MPS is, its limit or not.
+MPS_PIPE = "CUDA_MPS_PIPE_DIRECTORY"
 MPS_ACCEPTED = (
     "expected an amount such as 4G or 4096M for every GPU, or device=amount pairs such as "
     "0=4G,1=2048M (device ordinals after CUDA_VISIBLE_DEVICES)"
@@ -224,6 +230,28 @@ def looked_for() -> str:
     """The plugins' variables, as an error about ``auto`` without a share lists them."""
     named = [f"{p.variables} ({p.name})" for p in PLUGINS]
     return ", ".join(named[:-1]) + " and " + named[-1]
+
+
+def auto_without_share(env: Mapping[str, str]) -> tuple[str, str]:
+    """What an error about ``auto`` with no share says: what is missing, and what to set.
+
+    With ``CUDA_MPS_PIPE_DIRECTORY`` set, MPS is there but its limit lives on the control
+    daemon (NVIDIA's DRA driver, NVIDIA's device plugin): the message says so, and names
+    the two ways to give the cap.
+    """
+    missing = "auto takes the cap a GPU-sharing device plugin gave the container, but none is set"
+    pipe = env.get(MPS_PIPE, "").strip()
+    if not pipe:
+        return missing, f"looked for {looked_for()}; set MEMORY_LIMIT_MB to a number"
+    return (
+        f"{missing}. MPS is there ({MPS_PIPE}={quote(pipe)}); its memory limit is not "
+        "visible in the container: NVIDIA's DRA driver and device plugin set it on the MPS "
+        "control daemon",
+        f"looked for {looked_for()}; set MEMORY_LIMIT_MB to the claim's "
+        f"defaultPinnedDeviceMemoryLimit in MiB minus {HARD_HEADROOM_MB} MiB of headroom for "
+        f"the CUDA context (10Gi gives {10 * 1024 - HARD_HEADROOM_MB}), or set {MPS} to that "
+        "limit (such as 10G) and keep auto",
+    )
 
 
 def mig_instances(env: Mapping[str, str]) -> list[str]:
