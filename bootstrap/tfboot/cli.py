@@ -389,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     checker.add_arguments(manifests)
     manifests.set_defaults(func=checker.run)
 
-    from . import inject as injector
+    from .inject import command as injector
 
     for name, text, undo in (("inject", injector.DESCRIPTION, False),
                              ("uninject", injector.UNDO, True)):  # fmt: skip

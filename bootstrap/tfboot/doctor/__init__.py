@@ -20,6 +20,7 @@ from ..executor.result import Result
 from ..node.cpu import cpu_budget
 from ..node.hostmem import PINNED_ENV, memory_budget
 from ..node.nccl import readiness, why_needed
+from .startup import copy_line
 
 
 def _logical_caps(
@@ -52,14 +53,15 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
     from .. import ADAPTERS
     from .._startup import uninstall, without_tensorflow_hook
     from . import frameworks as doctor
-    from .startup import not_started
+    from .startup import copy, not_started
 
     why = not_started()
     if why is not None:  # what a plain import gets here: nothing of tfboot's
         uninstall()
     errors = doctor.import_frameworks([f for f in frameworks if f != "tensorflow"])
     if "tensorflow" not in frameworks:
-        return {"startup": {"ran": why is None, "why": why}, "frameworks": doctor.collect(errors)}
+        return {"startup": {"ran": why is None, "why": why}, "copy": copy(),
+                "frameworks": doctor.collect(errors)}  # fmt: skip
     if why is None:  # apply below, catching errors, instead of failing in the import
         without_tensorflow_hook(ADAPTERS)
     import tensorflow as tf
@@ -75,6 +77,7 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
         result = Result(error=error)
     report: dict[str, Any] = result.to_dict()
     report["startup"] = {"ran": why is None, "why": why}
+    report["copy"] = copy()
     report["tensorflow_version"] = tf.__version__
     physical = {kind: tf.config.list_physical_devices(kind) for kind in ("CPU", "GPU")}
     report["physical_devices"] = {k: [d.name for d in v] for k, v in physical.items()}
@@ -149,6 +152,8 @@ def render(report: dict[str, Any]) -> str:
     if "tensorflow_version" not in report:
         return "\n".join(["tfboot doctor", *render_frameworks(report["frameworks"])])
     lines = [f"tfboot doctor (TensorFlow {report['tensorflow_version']})"]
+    if report.get("copy"):
+        lines.append(f"  {copy_line(report['copy'])}")
     if not (report.get("startup") or {}).get("ran", True):
         lines.append("  NOT STARTED: tfboot's start-up hook did not run in this interpreter; "
                      "what follows is what a plain import got")  # fmt: skip

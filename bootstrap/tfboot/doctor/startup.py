@@ -30,3 +30,28 @@ def not_started() -> str | None:
         "`import tensorflow` (or keras, jax, torch) here gets none of these settings; "
         "install tfboot into the interpreter's site-packages (pip install tfboot)"
     )
+
+
+def copy() -> dict[str, object]:
+    """Which copy of tfboot runs here (path and version), and whether ``tfboot inject``'s
+    hook ran: the injected copy, or the image's own with the injected one standing down."""
+    package = sys.modules.get("tfboot")
+    path = os.path.dirname(os.path.abspath(getattr(package, "__file__", None) or "."))
+    injected = getattr(package, "INJECTED", None)  # (hook, tree), set by the injected hook
+    tree = os.path.abspath(injected[1]) if injected else None
+    return {
+        "path": path,
+        "version": getattr(package, "__version__", None),
+        "injected": bool(tree and os.path.dirname(path) == tree),
+        "stood_down": bool(tree and os.path.dirname(path) != tree),
+    }
+
+
+def copy_line(found: dict[str, object]) -> str:
+    """``copy()`` in words."""
+    line = f"tfboot {found['version']} from {found['path']}"
+    if found["injected"]:
+        return line + " (injected by tfboot inject)"
+    if found["stood_down"]:
+        return line + " (the image's own tfboot; the injected copy stood down)"
+    return line

@@ -8,11 +8,12 @@ from .claims import read_claims
 from .cluster import check_cluster
 from .documents import DocumentError, parse_documents, read_source
 from .hardening import check_image, check_resources, check_security
+from .injected import check_injected
 from .report import Report
 from .variables import check_tfboot
 from .workloads import Container, configmaps, containers, workloads
 
-CONTAINER_CHECKS = (check_resources, check_security, check_image, check_tfboot)
+CONTAINER_CHECKS = (check_resources, check_security, check_image, check_tfboot, check_injected)
 # What a field of an unexpected type raises; it is a finding, not a crash.
 SHAPE_ERRORS = (AttributeError, TypeError, KeyError, ValueError)
 FIX = "run kubernetes-validate --strict on it to see which field has the wrong shape"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..inject.template import is_injected_init
 from .documents import quantity
 from .report import Report
 from .workloads import DEVICE_COUNTS, MAX_DEVICES, MIG_RESOURCE, Container
@@ -113,7 +114,11 @@ SECURITY_RULES: tuple[SecurityRule, ...] = (
     ),
     (
         "tmp-not-writable",
-        lambda c: c.security().get("readOnlyRootFilesystem") is not True or _mounted(c, "/tmp"),
+        lambda c: (
+            c.security().get("readOnlyRootFilesystem") is not True
+            or _mounted(c, "/tmp")
+            or is_injected_init(c.spec.get("name"))  # tfboot's own: cp and printf, no /tmp
+        ),
         "the root filesystem is read-only and /tmp is not a volume",
         "mount an emptyDir at /tmp",
     ),

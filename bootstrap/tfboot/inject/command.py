@@ -1,0 +1,114 @@
+"""``tfboot inject`` and ``tfboot uninject``: put tfboot into Pod templates of manifests, or
+take it out, offline (the GitOps path: the manifest in git is what runs).
+
+Input: files or ``-``, multi-document YAML or JSON; output: the same documents with every
+Pod template injected (``template.py`` says with what), comments, order and untouched
+documents kept (``yamltext``). Every input is read and changed before anything is printed:
+a workload that cannot be injected (a ``PYTHONPATH`` from ``valueFrom``, an annotation naming
+no container) is an error naming it, and nothing is printed. Notes (a command that runs
+Python with ``-I``, ``-E`` or ``-S``) go to stderr. Exit status: 0, 1 on such an error, 2 when
+an input cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ..manifests.documents import DocumentError, InputError, parse_documents, read_source
+from . import template
+from .patch import InjectError, Options, inject, uninject
+
+DESCRIPTION = (
+    "Add tfboot to the Pod templates of Kubernetes manifests (an init container or an image "
+    "volume with the injector image, a read-only mount, PYTHONPATH), with no change to the "
+    "images; print them."
+)
+UNDO = "Take out what tfboot inject added, giving back the manifests as they were; print them."
+
+
+def add_arguments(parser: argparse.ArgumentParser, undo: bool = False) -> None:
+    """The command's arguments, for a parser made elsewhere."""
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="YAML or JSON files; - for stdin")
+    if not undo:
+        parser.add_argument("--image", required=True,
+                            help="the injector image (docker/inject/build.sh)")  # fmt: skip
+        parser.add_argument("--mode", choices=template.MODES, default="init",
+                            help="init: an init container copies the tree into an emptyDir "
+                                 "(default); image: a Kubernetes image volume (1.33+)")  # fmt: skip
+
+
+def _each_object(doc: Any) -> list[dict[str, Any]]:
+    if isinstance(doc, dict) and doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+        return [item for item in doc["items"] if isinstance(item, dict)]
+    return [doc] if isinstance(doc, dict) else []
+
+
+Change = Callable[[dict[str, Any], str], list[str]]
+
+
+def rewrite_text(text: str, change: Change) -> tuple[str, list[str]]:
+    """``text`` with ``change`` applied to every object in it; the notes it made."""
+    from . import yamltext
+
+    parse_documents(text)  # the bounds on untrusted input (aliases, depth, size) first
+    import yaml
+
+    docs = list(yaml.safe_load_all(text))
+    new = json.loads(json.dumps(docs, default=str))
+    notes: list[str] = []
+    for doc in new:
+        for obj in _each_object(doc):
+            name = f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name', '?')}"
+            notes += change(obj, name)
+    return yamltext.rewrite(text, new), notes
+
+
+def run(args: argparse.Namespace) -> int:
+    """Inject (or, for ``uninject``, take out) and print; the exit status."""
+    command = "tfboot uninject" if args.command == "uninject" else "tfboot inject"
+    if args.command == "uninject":
+
+        def change(obj: dict[str, Any], name: str) -> list[str]:
+            uninject(obj)
+            return []
+    else:
+        opts = Options(args.image, args.mode)
+
+        def change(obj: dict[str, Any], name: str) -> list[str]:
+            return inject(obj, opts, name)
+
+    outputs: list[str] = []
+    for path in args.paths:
+        try:
+            file, text = read_source(path)
+        except InputError as exc:
+            print(f"{command}: {exc}", file=sys.stderr)
+            return 2
+        try:
+            out, notes = rewrite_text(text, change)
+        except ImportError:
+            print(f"{command}: reading YAML needs PyYAML: pip install 'tfboot[manifests]'",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        except (InjectError, DocumentError, ValueError) as exc:
+            print(f"{command}: {file}: {exc}; nothing was printed", file=sys.stderr)
+            return 1
+        outputs.append(out)
+        for note in notes:
+            print(f"{command}: note: {file}: {note}", file=sys.stderr)
+    sys.stdout.write("".join(_joined(outputs)))
+    return 0
+
+
+def _joined(outputs: list[str]) -> list[str]:
+    """The outputs of several files as one stream of documents."""
+    joined = []
+    for index, out in enumerate(outputs):
+        if index and not out.lstrip().startswith("---"):
+            joined.append("---\n")
+        joined.append(out if out.endswith("\n") or not out else out + "\n")
+    return joined

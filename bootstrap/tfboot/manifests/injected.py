@@ -1,0 +1,63 @@
+"""The checks of a workload ``tfboot inject`` changed: what must hold for the hook to run.
+
+A Pod template with tfboot's volume, or an app container whose ``PYTHONPATH`` names the hook,
+is checked for the parts ``tfboot inject`` adds (``inject/template.py``): the volume, the
+init container that fills it, the read-only mount, the hook first on ``PYTHONPATH``, and a
+command that does not keep the hook out (``python -I``, ``-E``, ``-S``). The init containers'
+resources and security context are checked like any container's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..inject import template as t
+from ..inject.interpreter import ADVICE, ignored_by
+from .report import Report
+from .workloads import Container
+
+
+def _named(items: Any, name: str) -> Mapping[str, Any] | None:
+    return next((i for i in items or [] if isinstance(i, Mapping) and i.get("name") == name), None)
+
+
+def _pythonpath(container: Container) -> str | None:
+    entry = _named(container.spec.get("env"), "PYTHONPATH")
+    return None if entry is None else str(entry.get("value", ""))
+
+
+def check_injected(container: Container, report: Report) -> None:
+    """An app container that takes tfboot's tree, or names its hook: every part in place."""
+    if container.spec in (container.pod.get("initContainers") or []):
+        return
+    mount = _named(container.spec.get("volumeMounts"), t.VOLUME)
+    path = _pythonpath(container)
+    named = path is not None and t.HOOK in path.split(":")
+    if mount is None and not named:
+        return
+    where = container.where
+    volume = _named(container.pod.get("volumes"), t.VOLUME)
+    if mount is None or volume is None:
+        report.add(where, "inject-incomplete",
+                   f"PYTHONPATH names {t.HOOK} but the Pod has no {t.VOLUME} volume mounted at "
+                   f"{t.MOUNT}: nothing happens", "run tfboot inject again")  # fmt: skip
+        return
+    if mount.get("mountPath") != t.MOUNT or mount.get("readOnly") is not True:
+        report.add(where, "inject-mount",
+                   f"the {t.VOLUME} volume is not mounted read-only at {t.MOUNT}",
+                   f"mount it at {t.MOUNT} with readOnly: true")  # fmt: skip
+    if "emptyDir" in volume and _named(container.pod.get("initContainers"), t.COPY_NAME) is None:
+        report.add(where, "inject-incomplete",
+                   f"the {t.VOLUME} emptyDir is filled by no {t.COPY_NAME} init container: "
+                   "the hook is missing, nothing happens", "run tfboot inject again")  # fmt: skip
+    if "emptyDir" in volume and not (volume.get("emptyDir") or {}).get("sizeLimit"):
+        report.add(where, "inject-mount", f"the {t.VOLUME} emptyDir has no sizeLimit",
+                   f"set emptyDir.sizeLimit: {t.SIZE_LIMIT}")  # fmt: skip
+    if path is None or path.split(":")[0] != t.HOOK:
+        report.add(where, "inject-pythonpath",
+                   f"PYTHONPATH={path!r} does not start with {t.HOOK}: the hook is not the "
+                   "sitecustomize Python finds, and nothing happens",
+                   f"put {t.HOOK} first (tfboot inject merges it)")  # fmt: skip
+    for why in ignored_by(container.spec):
+        report.add(where, "inject-ignored", f"the command runs Python with {why}", ADVICE)

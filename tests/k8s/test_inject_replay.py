@@ -1,0 +1,229 @@
+"""``tfboot inject`` proven with real parts: an app image nobody rebuilt for tfboot
+(TensorFlow, its own ``sitecustomize`` and ``ENV PYTHONPATH``, no tfboot) and a Job for it;
+the Job is injected by the real command, checked by ``kubectl kustomize``, schema validation
+and ``tfboot manifests --strict``, then its Pod is replayed on the Docker engine exactly as
+the manifest says: each init container in order (image, command, user, read-only root,
+capabilities, the emptyDir as a named volume at its mount path), then the app container
+(its env, the volume read-only at ``/tfboot``, its security context, ``/tmp`` as tmpfs).
+Inside, the budget must be read back from TensorFlow, the image's ``sitecustomize`` must have
+run and its ``PYTHONPATH`` must still work, also in a ``spawn`` child. The same for an image
+that already has tfboot installed: exactly one copy configures TensorFlow, and ``tfboot
+doctor`` names it. Image mode cannot be replayed here (the engine has no image volumes):
+its manifests are validated only.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from container_runs import QUIET_TF
+from image_builds import IMAGE_PREFIX, REPO, build_lock, build_standin_base, run
+from kustomize import KUBERNETES_VERSIONS, render_text
+from support import last_json
+from testcontainers.core.container import DockerContainer
+
+pytestmark = [pytest.mark.docker, pytest.mark.k8s, pytest.mark.slow]
+APP = Path(__file__).resolve().parent / "testdata" / "inject" / "app"
+SECURE = {
+    "runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+    "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+}  # fmt: skip
+
+
+def job(image: str, command: list[str], secure: bool = True) -> str:
+    """The app's Job as its team wrote it (comments included), before injection."""
+    container: dict[str, Any] = {
+        "name": "train", "image": image, "command": command,
+        "env": [{"name": "CPU_THREADS", "value": "2"}],
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"},
+                      "limits": {"cpu": "2", "memory": "2Gi"}},
+    }  # fmt: skip
+    if secure:
+        container["securityContext"] = SECURE
+        container["volumeMounts"] = [{"name": "tmp", "mountPath": "/tmp"}]
+    pod = {"restartPolicy": "Never", "containers": [container]}
+    if secure:
+        pod["volumes"] = [{"name": "tmp", "emptyDir": {}}]
+    doc = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"},
+           "spec": {"backoffLimit": 0, "template": {"spec": pod}}}  # fmt: skip
+    return "# the app team's Job\n" + yaml.safe_dump(doc, sort_keys=False)
+
+
+def tfboot(*args: str, stdin: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tfboot", *args], input=stdin, text=True,
+                          capture_output=True, timeout=120)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def base_image(docker_engine: None) -> str:
+    return build_standin_base()
+
+
+@pytest.fixture(scope="module")
+def injector(base_image: str) -> str:
+    """The injector image, built from the checkout on a base with sh and cp."""
+    tag = f"{IMAGE_PREFIX}/inject:test"
+    with build_lock():
+        run(["bash", str(REPO / "docker" / "inject" / "build.sh"), tag],
+            env={**os.environ, "BASE_IMAGE": base_image, "PYTHON": sys.executable})  # fmt: skip
+    return tag
+
+
+def app_on(base: str, name: str) -> str:
+    tag = f"{IMAGE_PREFIX}/inject-{name}:test"
+    with build_lock():
+        run(["docker", "build", "--quiet", "--network", "none", "--tag", tag,
+             "--build-arg", f"BASE_IMAGE={base}", str(APP)])  # fmt: skip
+    return tag
+
+
+def _security(sc: dict[str, Any]) -> dict[str, Any]:
+    """Docker settings equal to a container's securityContext."""
+    settings: dict[str, Any] = {}
+    if "runAsUser" in sc:
+        settings["user"] = f"{sc['runAsUser']}:{sc.get('runAsGroup', sc['runAsUser'])}"
+    if sc.get("readOnlyRootFilesystem"):
+        settings["read_only"] = True
+    if (sc.get("capabilities") or {}).get("drop"):
+        settings["cap_drop"] = sc["capabilities"]["drop"]
+    if sc.get("allowPrivilegeEscalation") is False:
+        settings["security_opt"] = ["no-new-privileges:true"]
+    return settings
+
+
+def start(spec: dict[str, Any], volumes: dict[str, str]) -> tuple[int, str, str]:
+    """Run one container of a Pod as the kubelet would: its image, command, env, mounts and
+    security context; emptyDir volumes are the named Docker volumes of ``volumes``."""
+    container = DockerContainer(spec["image"])
+    if spec.get("command"):
+        container.with_kwargs(entrypoint=spec["command"])
+    if spec.get("args"):
+        container.with_command(spec["args"])
+    for entry in spec.get("env") or []:
+        container.with_env(entry["name"], entry["value"])  # no valueFrom in these Pods
+    for key, value in QUIET_TF.items():
+        container.with_env(key, value)
+    tmpfs = []
+    for mount in spec.get("volumeMounts") or []:
+        assert "subPath" not in mount
+        if mount["name"] == "tmp":
+            tmpfs.append(mount["mountPath"])
+        else:
+            mode = "ro" if mount.get("readOnly") else "rw"
+            container.with_volume_mapping(volumes[mount["name"]], mount["mountPath"], mode)
+    for path in tmpfs:
+        container.with_tmpfs_mount(path)
+    container.with_kwargs(**_security(spec.get("securityContext") or {}))
+    with container:
+        status = container.get_wrapped_container().wait(timeout=300)
+        stdout, stderr = container.get_logs()
+    return int(status["StatusCode"]), stdout.decode(), stderr.decode()
+
+
+def replay(text: str, command: list[str] | None = None) -> tuple[int, str, str]:
+    """The injected Job's Pod on the engine: its init containers in order, then the app
+    container (with ``command`` in place of its own, where given)."""
+    (doc,) = [d for d in yaml.safe_load_all(text) if d and d["kind"] == "Job"]
+    pod = doc["spec"]["template"]["spec"]
+    volumes = {}
+    for volume in pod["volumes"]:
+        assert set(volume) == {"name", "emptyDir"}, volume
+        volumes[volume["name"]] = f"tfboot-test-{uuid.uuid4().hex[:12]}"
+        subprocess.run(["docker", "volume", "create", volumes[volume["name"]]], check=True,
+                       capture_output=True)  # fmt: skip
+    try:
+        for init in pod.get("initContainers") or []:
+            status, out, err = start(init, volumes)
+            assert status == 0, (init["name"], out, err)
+        (app,) = pod["containers"]
+        return start({**app, **({"command": command} if command else {})}, volumes)
+    finally:
+        subprocess.run(["docker", "volume", "rm", "-f", *volumes.values()], capture_output=True)
+
+
+def validated(kubectl: str, text: str, tmp_path: Path, versions: tuple[str, ...]) -> None:
+    """The injected manifest passes kustomize, schema validation and the strict checker."""
+    (tmp_path / "job.yaml").write_text(text)
+    (tmp_path / "kustomization.yaml").write_text("resources: [job.yaml]\n")
+    rendered = render_text(kubectl, tmp_path)
+    for doc in yaml.safe_load_all(rendered):
+        for version in versions:
+            kubernetes_validate.validate(doc, version, strict=True)
+    checked = tfboot("manifests", "--strict", "-", stdin=rendered)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+PROBE = ["python3", "/app/probe.py"]
+
+
+def test_an_unmodified_image_gets_the_budget_and_keeps_its_own_start_up(
+    injector: str, base_image: str, kubectl: str, tmp_path: Path
+) -> None:
+    original = job(app_on(base_image, "app"), PROBE)
+    injected = tfboot("inject", "--image", injector, "-", stdin=original)
+    assert injected.returncode == 0, injected.stderr
+    assert injected.stdout.startswith("# the app team's Job\n")
+    validated(kubectl, injected.stdout, tmp_path, KUBERNETES_VERSIONS)
+    again = tfboot("inject", "--image", injector, "-", stdin=injected.stdout)
+    assert again.stdout == injected.stdout  # twice is once
+    assert tfboot("uninject", "-", stdin=injected.stdout).stdout == original
+
+    status, out, err = replay(injected.stdout)
+    assert status == 0, err
+    found = last_json(out)
+    assert (found["intra"], found["inter"]) == (2, 2), (found, err)
+    assert err.count("tfboot: configured TensorFlow") == 1, err
+    for seen in (found, found["spawn_child"]):
+        assert seen["applib"] == "applib" and seen["image_sitecustomize"] is True, seen
+        assert seen["tfboot"] == "/tfboot/site/tfboot/__init__.py", seen
+        assert seen["injected"] == ["/tfboot/hook", "/tfboot/site"], seen
+
+    status, out, err = replay(injected.stdout, ["python3", "-m", "tfboot", "doctor", "--json"])
+    assert status == 0, err
+    doctor = last_json(out)
+    assert doctor["copy"]["path"] == "/tfboot/site/tfboot" and doctor["copy"]["injected"], doctor
+    assert doctor["startup"]["ran"] is True, doctor
+
+
+def test_an_image_with_tfboot_already_keeps_its_own_copy(
+    injector: str, tfboot_image: str, kubectl: str, tmp_path: Path
+) -> None:
+    """As root with a writable root (the image's defaults), the image's own copy runs."""
+    original = job(app_on(tfboot_image, "app-with-tfboot"), PROBE, secure=False)
+    injected = tfboot("inject", "--image", injector, "-", stdin=original)
+    assert injected.returncode == 0, injected.stderr
+    status, out, err = replay(injected.stdout)
+    assert status == 0, err
+    found = last_json(out)
+    assert (found["intra"], found["inter"]) == (2, 2), (found, err)
+    assert err.count("tfboot: configured TensorFlow") == 1, err
+    assert found["tfboot"].endswith("site-packages/tfboot/__init__.py"), found
+    assert found["image_sitecustomize"] is True and found["applib"] == "applib", found
+    status, out, err = replay(injected.stdout, ["python3", "-m", "tfboot", "doctor"])
+    assert status == 0, err
+    assert "the image's own tfboot" in out and "injected copy stood down" in out, out
+
+
+def test_image_mode_manifests_validate(kubectl: str, tmp_path: Path) -> None:
+    original = job("registry.example/train:1.0", PROBE)
+    annotated = original.replace("  template:\n", "  template:\n    metadata:\n      annotations:\n"
+                                 "        tfboot/image-pythonpath: /app/lib\n", 1)  # fmt: skip
+    injected = tfboot("inject", "--image", "registry.example/tfboot-inject:0.1.0", "--mode",
+                      "image", "-", stdin=annotated)  # fmt: skip
+    assert injected.returncode == 0, injected.stderr
+    (doc,) = yaml.safe_load_all(injected.stdout)
+    pod = doc["spec"]["template"]["spec"]
+    assert "initContainers" not in pod and pod["volumes"][-1]["image"]["reference"]
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["PYTHONPATH"] == "/tfboot/hook:/app/lib"
+    validated(kubectl, injected.stdout, tmp_path, KUBERNETES_VERSIONS[-1:])
+    assert tfboot("uninject", "-", stdin=injected.stdout).stdout == annotated

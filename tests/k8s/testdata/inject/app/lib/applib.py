@@ -1,0 +1,3 @@
+"""A module the app finds only through its image's PYTHONPATH."""
+
+NAME = "applib"
