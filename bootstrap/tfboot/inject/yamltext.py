@@ -21,7 +21,7 @@ Edit = tuple[int, int, str]
 
 
 class Unsupported(ValueError):
-    """A document this module cannot edit in place (an alias into a changed part)."""
+    """A document this module cannot edit in place (an anchor whose aliases would differ)."""
 
 
 class _Dumper(yaml.SafeDumper):
@@ -44,8 +44,13 @@ def rewrite(text: str, new_docs: list[Any | None]) -> str:
     olds = list(yaml.safe_load_all(text))
     edits: list[Edit] = []
     for node, old, new in zip(nodes, olds, new_docs, strict=True):
-        if new is not None and node is not None and old != new:
-            _Writer(text, edits).walk(node, old, new)
+        if new is None or node is None or old == new:
+            continue
+        writer = _Writer(text, edits)
+        if isinstance(node, yaml.CollectionNode) and node.flow_style:  # a JSON document
+            writer._replace(node, writer._flow(node, new))
+        else:
+            writer.walk(node, old, new)
     # From the end back; at one place the last made first, so the first made (the deepest
     # part's) ends up first.
     out = text
@@ -57,30 +62,86 @@ def rewrite(text: str, new_docs: list[Any | None]) -> str:
 
 class _Writer:
     def __init__(self, text: str, edits: list[Edit]) -> None:
-        self.text, self.edits, self.seen = text, edits, set()
+        self.text, self.edits = text, edits
+        self.seen: dict[int, str] = {}
         self.indented = True
 
-    def walk(self, node: yaml.Node, old: Any, new: Any) -> None:
+    def walk(self, node: yaml.Node, old: Any, new: Any, flow: bool = False) -> None:
         if old == new:
             return
+        # A node reached twice is an anchor and its alias: one edit serves both, if both
+        # places change alike (the same Pod template injected alike).
+        value = json.dumps(new, sort_keys=True, default=str)
         if id(node) in self.seen:
-            raise Unsupported("a changed part is reached through a YAML alias: expand aliases")
-        self.seen.add(id(node))
-        if isinstance(node, yaml.MappingNode) and not node.flow_style and isinstance(new, dict):
-            self._mapping(node, old, new)
-        elif isinstance(node, yaml.SequenceNode) and not node.flow_style and isinstance(new, list):
-            self._sequence(node, old, new)
+            if self.seen[id(node)] != value:
+                raise Unsupported("an anchor and its alias would change differently: expand "
+                                  "the YAML aliases first")  # fmt: skip
+            return
+        self.seen[id(node)] = value
+        mapping = isinstance(node, yaml.MappingNode) and isinstance(old, dict)
+        sequence = isinstance(node, yaml.SequenceNode) and isinstance(old, list)
+        if mapping and isinstance(new, dict):
+            (self._flow_mapping if node.flow_style else self._mapping)(node, old, new)
+        elif sequence and isinstance(new, list):
+            (self._flow_sequence if node.flow_style else self._sequence)(node, old, new)
         elif isinstance(node, yaml.ScalarNode) and not isinstance(new, (dict, list)):
-            self._replace(node, _scalar(new, node.style))
+            self._replace(node, _scalar(new, node.style, flow))
         else:
             self._replace(node, self._flow(node, new))
+
+    # -- flow collections: edited inside their brackets, as written ------------------------
+    def _close(self, node: yaml.Node, bracket: str) -> int:
+        close = node.end_mark.index - 1
+        if self.text[close : close + 1] != bracket:
+            raise Unsupported(f"a flow collection does not end with {bracket}")
+        return close
+
+    def _flow_sequence(self, node: yaml.SequenceNode, old: list[Any], new: list[Any]) -> None:
+        items, kept = node.value, min(len(old), len(new))
+        for i in range(kept):
+            self.walk(items[i], old[i], new[i], flow=True)
+        if len(new) > len(old):
+            at = self._close(node, "]")
+            added = ", ".join(json.dumps(x, ensure_ascii=False) for x in new[kept:])
+            self.edits.append((at, at, (", " if old else "") + added))
+        elif len(new) < len(old):
+            start = items[kept - 1].end_mark.index if kept else items[0].start_mark.index
+            self.edits.append((start, items[-1].end_mark.index, ""))
+
+    def _flow_mapping(
+        self, node: yaml.MappingNode, old: dict[str, Any], new: dict[str, Any]
+    ) -> None:
+        entries = node.value
+        gone = [i for i, (k, _) in enumerate(entries) if self._key(k) not in new]
+        if gone and gone[0] == 0 and len(gone) > 1:
+            self._replace(node, self._flow(node, new))
+            return
+        for i, (key_node, value_node) in enumerate(entries):
+            key = self._key(key_node)
+            if i in gone:
+                start = entries[i - 1][1].end_mark.index if i else key_node.start_mark.index
+                end = (value_node.end_mark.index if i
+                       else entries[1][0].start_mark.index if len(entries) > 1
+                       else value_node.end_mark.index)  # fmt: skip
+                self.edits.append((start, end, ""))
+            else:
+                self.walk(value_node, old[key], new[key], flow=True)
+        added = [(k, v) for k, v in new.items() if k not in old]
+        if added:
+            at = self._close(node, "}")
+            text = ", ".join(f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}"
+                             for k, v in added)  # fmt: skip
+            self.edits.append((at, at, (", " if len(entries) > len(gone) else "") + text))
+
+    def _key(self, node: yaml.Node) -> Any:
+        return yaml.safe_load(self.text[node.start_mark.index : node.end_mark.index])
 
     # -- mappings -----------------------------------------------------------------------
     def _mapping(self, node: yaml.MappingNode, old: dict[str, Any], new: dict[str, Any]) -> None:
         column = node.value[0][0].start_mark.column
         self.indented = self._style(node)
         for key_node, value_node in node.value:
-            key = yaml.safe_load(self.text[key_node.start_mark.index : key_node.end_mark.index])
+            key = self._key(key_node)
             if key not in new:
                 self._delete(key_node.start_mark.index, value_node)
             else:
@@ -186,10 +247,14 @@ class _Writer:
         )
 
 
-def _scalar(value: Any, style: str | None) -> str:
-    """``value`` as a YAML scalar, in ``style`` (plain, ``'`` or ``"``) where it allows."""
+def _scalar(value: Any, style: str | None, flow: bool = False) -> str:
+    """``value`` as a YAML scalar, in ``style`` (plain, ``'`` or ``"``) where it allows; in a
+    flow collection, plain only without its indicators."""
     if isinstance(value, str):
-        if style in (None, "") and "\n" not in value and value.strip() == value and value:
+        plain = "\n" not in value and value.strip() == value and value
+        if flow and any(c in value for c in ",[]{}#"):
+            plain = False
+        if style in (None, "") and plain:
             try:
                 if yaml.safe_load(f"k: {value}") == {"k": value}:
                     return value
