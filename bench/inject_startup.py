@@ -1,0 +1,83 @@
+"""Start-up cost of the injected hook (``tfboot inject``), measured side by side in one run.
+
+Counts the instructions of ``python -c pass`` under callgrind (exact and repeatable) in a
+hard-linked twin of this environment without tfboot (``bench/startup.py`` makes it), as an
+image nobody rebuilt would start it:
+
+  1. nothing injected (the image as it was);
+  2. tfboot installed into the twin's site-packages (``tfboot.pth``), for comparison;
+  3. the injected tree: ``PYTHONPATH=<hook>``, the hook making the tree a site directory;
+  4. the image's own ``sitecustomize`` on its ``PYTHONPATH``, without and with the hook
+     chaining it: what chaining adds to an image that has one.
+
+The tree is made as ``docker/inject/build.sh`` makes it (the wheel unpacked with pip, bytecode
+that is never checked against the source). Usage: python bench/inject_startup.py
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+from startup import clean_env, instructions, twin_without_tfboot
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_tree(root: Path) -> Path:
+    """``root/hook/sitecustomize.py`` and ``root/site``, as the injector image holds them."""
+    wheels = root / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
+                    str(REPO)], check=True)  # fmt: skip
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+                    "--target", str(root / "site"), *map(str, wheels.glob("*.whl"))],
+                   check=True)  # fmt: skip
+    (root / "hook").mkdir()
+    shutil.copy(REPO / "bootstrap" / "tfboot" / "inject" / "hook.py",
+                root / "hook" / "sitecustomize.py")  # fmt: skip
+    compile_all = [
+        sys.executable,
+        "-m",
+        "compileall",
+        "-q",
+        "--invalidation-mode",
+        "unchecked-hash",
+    ]
+    subprocess.run([*compile_all, str(root / "hook"), str(root / "site")], check=True)
+    return root / "hook"
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(dir=Path(sys.prefix).parent) as tmp:
+        twin = str(twin_without_tfboot(Path(tmp) / "twin"))
+        hook = make_tree(Path(tmp) / "tfboot")
+        image = Path(tmp) / "image-lib"
+        image.mkdir()
+        (image / "sitecustomize.py").write_text("import sys\nsys.image_hook_ran = True\n")
+        subprocess.run([twin, "-m", "compileall", "-q", str(image)], check=True)
+        purelib = Path(sysconfig.get_paths()["purelib"]).relative_to(sys.prefix)
+        installed = Path(tmp) / "twin" / purelib / "tfboot.pth"
+        env = clean_env({})
+        rows = [("nothing injected", instructions(twin, env))]
+        installed.write_text((REPO / "bootstrap" / "tfboot.pth").read_text())
+        rows.append(("tfboot installed (tfboot.pth)", instructions(twin, env)))
+        installed.unlink()
+        rows.append(("injected (PYTHONPATH=hook)",
+                     instructions(twin, {**env, "PYTHONPATH": str(hook)})))  # fmt: skip
+        own = instructions(twin, {**env, "PYTHONPATH": str(image)})
+        chained = instructions(twin, {**env, "PYTHONPATH": f"{hook}:{image}"})
+    base = rows[0][1]
+    print(f"python {sys.version.split()[0]}; instructions of `python -c pass`")
+    for label, count in rows:
+        print(f"{label:<42} {count / 1e6:>8.3f} M  {count / base - 1:>+7.2%}")
+    print(f"{'image sitecustomize, nothing injected':<42} {own / 1e6:>8.3f} M")
+    print(f"{'image sitecustomize, chained by the hook':<42} {chained / 1e6:>8.3f} M  "
+          f"{chained / own - 1:>+7.2%}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
