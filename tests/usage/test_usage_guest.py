@@ -536,3 +536,49 @@ def test_an_editable_install_is_active(tmp_path: Path) -> None:
                             "import sys, tfboot; print(tfboot.__file__, tfboot in sys.meta_path)"],
                            capture_output=True, text=True, timeout=60, cwd=tmp_path)  # fmt: skip
     assert found.stdout.split() == [str(repo / "bootstrap/tfboot/__init__.py"), "True"]
+
+
+# The main thread blocks SIGTERM, so the kernel hands the signal to another thread (as it
+# does when the main thread is inside a fork, or already has a signal pending), then waits in
+# C: Python's handler cannot run until the wait ends. Seen as a Pool worker that never ended.
+STRANDED = TORCH + textwrap.dedent(
+    """
+    import signal, threading, time
+    {setup}
+    signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGTERM}})
+    print("ready", flush=True)
+    time.sleep(60)
+    print("slept", flush=True)
+    """
+)
+
+
+def test_a_sigterm_the_main_thread_cannot_take_still_ends_the_process(tmp_path: Path) -> None:
+    usage = tmp_path / "usage.json"
+    process = start(STRANDED.format(setup=""), {"TFBOOT_USAGE_FILE": str(usage)},
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=30)  # without tfboot it ends at once; not in 60 s
+    assert process.returncode == -signal.SIGTERM, err
+    assert "slept" not in out
+    record = json.loads(usage.read_text())
+    assert record["final"] and record["reason"] == "SIGTERM"
+
+
+@pytest.mark.parametrize("setup", [
+    "signal.signal(signal.SIGTERM, lambda s, f: print('own handler', flush=True))",
+    "import asyncio; loop = asyncio.new_event_loop(); loop.add_signal_handler(signal.SIGTERM, "
+    "print, 'asyncio')",
+])  # fmt: skip
+def test_a_program_s_own_sigterm_handling_is_left_to_it(setup: str) -> None:
+    """A handler installed after the import, or an event loop's wakeup fd: tfboot does not end
+    the process for them; the signal is handled when the program gets to it."""
+    process = start(STRANDED.format(setup=setup).replace("time.sleep(60)", "time.sleep(4)"),
+                    {}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert "slept" in out, err
+    if "own handler" in setup:
+        assert process.returncode == 0 and "own handler" in out, err

@@ -23,6 +23,7 @@ import contextlib
 import importlib.util
 import os
 import select
+import signal
 import threading
 import time
 from collections.abc import Mapping
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
 EXIT_DEADLINE_S = 5.0  # every sink at the process's end, together
 EXIT_MARGIN_S = 0.25  # of it, kept for the thread to hand back before the process goes on
 SNAPSHOT_PUSH_S = 2.0  # a snapshot's push, at most (the final record waits behind it)
+# A SIGTERM the main thread has not handled this long after it came is stranded (ends.py).
+STRANDED_S = 1.0
 _lock = threading.RLock()  # guards _started, _report and a report's ``done``; never held over I/O
 _report: Report | None = None
 _started = False
@@ -98,6 +101,12 @@ class Report:
         self.final: dict[str, Any] | None = None  # handed to the publisher at the end
         self.signalled: str | None = None  # a snapshot asked for by a signal handler
         self.signals: list[str] = []  # each signal the process got that did not end it
+        # The read end of the signal wakeup pipe, and what to do with a stranded SIGTERM: both
+        # set by ends.py where it may take the wakeup fd; SIGTERMs seen there and handled.
+        self.wakeup: int | None = None
+        self.stranded: Any = None
+        self.sigterms_seen = self.sigterms_handled = 0
+        self.sigterm_at: float | None = None
         self.thread: threading.Thread | None = None
         self.deadline = 0.0  # when the end's publishing must be over (time.monotonic)
         exported = self.textfile or self.pushgateway
@@ -169,9 +178,15 @@ class Report:
         """The publisher thread: a snapshot each interval (or when a signal asks), the final
         record when the end hands it over (``final`` is set before the bell). Never raises."""
         while True:
+            waits = [self.bell[0]] if self.wakeup is None else [self.bell[0], self.wakeup]
+            timeout = self.interval
+            if self.sigterm_at is not None:
+                timeout = max(0.0, min(timeout, self.sigterm_at + STRANDED_S - time.monotonic()))
             with contextlib.suppress(OSError, ValueError):
-                select.select([self.bell[0]], [], [], self.interval)
+                select.select(waits, [], [], timeout)
+            with contextlib.suppress(OSError):
                 os.read(self.bell[0], 512)
+            self._watch_sigterm()
             if self.final is not None:
                 self.publish(self.final, self.deadline - EXIT_MARGIN_S)
                 return
@@ -186,6 +201,24 @@ class Report:
             except Exception as exc:
                 if self.level == "debug":
                     emit("debug", f"usage report: snapshot failed ({_reason(exc)})")
+
+    def _watch_sigterm(self) -> None:
+        """A SIGTERM the C-level handler took (it writes the wakeup pipe, in whichever thread
+        the kernel chose) but the main thread has not handled within ``STRANDED_S``: the
+        main thread is blocked where no signal reaches it. Without tfboot's handler the
+        signal's default action would already have ended the process; ``stranded`` does."""
+        if self.wakeup is None:
+            return
+        with contextlib.suppress(OSError):
+            seen = os.read(self.wakeup, 512).count(signal.SIGTERM)
+            if seen and self.sigterm_at is None:
+                self.sigterm_at = time.monotonic()
+            self.sigterms_seen += seen
+        if self.sigterm_at is None or time.monotonic() < self.sigterm_at + STRANDED_S:
+            return
+        self.sigterm_at = None
+        if self.sigterms_seen > self.sigterms_handled and not self.done and self.stranded:
+            self.stranded()
 
     def ring(self) -> None:
         with contextlib.suppress(OSError):
@@ -214,6 +247,9 @@ class Report:
 
             emit("info" if self.job.lead else "debug", used_line(record))
         if self.thread is None or not self.thread.is_alive():
+            return
+        if threading.current_thread() is self.thread:  # a stranded SIGTERM's end
+            self.publish(record, self.deadline - EXIT_MARGIN_S)
             return
         self.final = record
         self.ring()
@@ -282,8 +318,8 @@ def _start(result: Any, env: Mapping[str, str]) -> Report | None:
     threads = budget.threads(result.framework).count
     report = Report(Meter(budget, threads, env, _control(env, METRICS_JOB)), env, identify(env))
     report.thread = threading.Thread(target=report.run, name="tfboot-usage", daemon=True)
+    ends.hook(report)  # first: the publisher waits on what it sets up
     report.thread.start()
-    ends.hook(report)
     return report
 
 

@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 PID1_IGNORED = "SIGTERM (ignored: PID 1 without a handler)"
@@ -61,6 +62,7 @@ def _on_sigterm(report: Any) -> None:
         return
 
     def handler(signum: int, frame: Any) -> None:
+        report.sigterms_handled += 1  # the watch for a stranded SIGTERM stands down
         ours = os.getpid() == report.meter.pid  # not a forked child's
         if callable(previous):
             if ours:
@@ -77,10 +79,61 @@ def _on_sigterm(report: Any) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, handler)
-    _forks_get_the_program_s(handler, previous)
+    wakeup = (
+        _watch_stranded(report, handler) if os.getpid() != 1 and not callable(previous) else None
+    )
+    _forks_get_the_program_s(handler, previous, wakeup)
 
 
-def _forks_get_the_program_s(handler: Any, previous: Any) -> None:
+def _watch_stranded(report: Any, handler: Any) -> tuple[int, int] | None:
+    """Where the signal's default action would end the process, make sure a SIGTERM still
+    does when the main thread cannot run the handler (blocked in C where the signal does not
+    reach it, as when the kernel hands it to another thread): the C-level handler writes the
+    signal wakeup fd, the publisher thread watches it (``Report._watch_sigterm``). Only if
+    no wakeup fd is set (asyncio's, the program's, is left alone); the pipe, or None."""
+    try:
+        pipe = os.pipe()
+        for end in pipe:
+            os.set_blocking(end, False)
+    except OSError:
+        return None
+    try:
+        old = signal.set_wakeup_fd(pipe[1], warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        old = None
+    if old != -1:
+        with contextlib.suppress(ValueError, OSError):
+            if old is not None:
+                signal.set_wakeup_fd(old)
+        for end in pipe:
+            os.close(end)
+        return None
+
+    def stranded() -> None:
+        if signal.getsignal(signal.SIGTERM) is not handler or os.getpid() != report.meter.pid:
+            return  # the program took SIGTERM over, or a fork: not tfboot's to end
+        _quietly(report.finish, "SIGTERM")
+        _die_by_sigterm()
+
+    report.wakeup, report.stranded = pipe[0], stranded  # before the publisher starts
+    return pipe
+
+
+def _die_by_sigterm() -> None:
+    """End the process by SIGTERM's default action, from a thread that is not the main one
+    (where Python cannot reset the disposition): through libc's ``signal``."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.signal(signal.SIGTERM, 0)  # SIG_DFL
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1.0)  # the signal is on its way (another thread may take it)
+    finally:
+        os._exit(128 + signal.SIGTERM)  # as a shell reports a process ended by it
+
+
+def _forks_get_the_program_s(handler: Any, previous: Any, wakeup: tuple[int, int] | None) -> None:
     """A forked child gets SIGTERM's disposition as it was before tfboot (it reports
     nothing of its own). SIGTERM is blocked across the fork: a Python handler inherited
     by the child would lose a signal that arrives before the child's interpreter has
@@ -100,6 +153,13 @@ def _forks_get_the_program_s(handler: Any, previous: Any) -> None:
         with contextlib.suppress(OSError, ValueError, TypeError):
             if signal.getsignal(signal.SIGTERM) is handler:
                 signal.signal(signal.SIGTERM, previous)
+        if wakeup is not None:  # the parent's watch: the child's signals are not its
+            with contextlib.suppress(OSError, ValueError):
+                old = signal.set_wakeup_fd(-1)
+                if old != wakeup[1]:
+                    signal.set_wakeup_fd(old)
+                for end in wakeup:
+                    os.close(end)
         after_in_parent()
 
     os.register_at_fork(before=before, after_in_parent=after_in_parent,
