@@ -181,3 +181,43 @@ def test_unreadable_input() -> None:
     assert done.returncode == 2 and "cannot read /nonexistent.yaml" in done.stderr
     done = tfboot("inject", "--image", IMAGE, "-", stdin="a: [1, 2\n")
     assert done.returncode == 1 and "Traceback" not in done.stderr and done.stdout == ""
+
+
+DRA_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: train
+spec:
+  resourceClaims:
+    - name: gpu
+      resourceClaimTemplateName: mps-10g
+  containers:
+    - name: train
+      image: registry.example/train:1.0
+      resources:
+        claims:
+          - name: gpu
+      env:
+        - name: MEMORY_LIMIT_MB
+          value: auto
+"""
+
+
+def test_memory_from_a_dra_claim_is_carried_and_taken_back() -> None:
+    """NVIDIA's DRA driver keeps the MPS limit on its daemon: ``auto`` finds nothing in the
+    container, so inject writes the claim's limit minus the CUDA context's 512 MiB."""
+    claims = (TESTDATA / "dra" / "claims.yaml").read_text()
+    text = DRA_POD + "---\n" + claims
+    out = inject(text, "--memory-from-claims")
+    (pod,) = pods(out)
+    assert env(pod["containers"][0])["MEMORY_LIMIT_MB"] == str(10 * 1024 - 512)
+    assert tfboot("uninject", "-", stdin=out).stdout == text
+    assert env(pods(inject(text))[0]["containers"][0])["MEMORY_LIMIT_MB"] == "auto"
+    unset = text.replace("      env:\n        - name: MEMORY_LIMIT_MB\n          value: auto\n", "")
+    out = inject(unset, "--memory-from-claims")
+    assert env(pods(out)[0]["containers"][0])["MEMORY_LIMIT_MB"] == "9728"
+    assert tfboot("uninject", "-", stdin=out).stdout == unset
+    own = text.replace("value: auto", 'value: "12000"')
+    done = tfboot("inject", "--image", IMAGE, "--memory-from-claims", "-", stdin=own)
+    assert "MEMORY_LIMIT_MB is the container's own" in done.stderr and "at most 9728" in done.stderr

@@ -13,6 +13,7 @@ an input cannot be read.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Callable
@@ -36,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser, undo: bool = False) -> None:
     if not undo:
         parser.add_argument("--image", required=True,
                             help="the injector image (docker/inject/build.sh)")  # fmt: skip
+        parser.add_argument("--memory-from-claims", action="store_true",
+                            help="set MEMORY_LIMIT_MB (where unset or auto) from the container's "
+                                 "DRA claim's MPS limit, minus 512 MiB for the CUDA context; the "
+                                 "claims must be among the inputs")  # fmt: skip
         parser.add_argument("--mode", choices=template.MODES, default="init",
                             help="init: an init container copies the tree into an emptyDir "
                                  "(default); image: a Kubernetes image volume (1.33+)")  # fmt: skip
@@ -75,19 +80,31 @@ def run(args: argparse.Namespace) -> int:
         def change(obj: dict[str, Any], name: str) -> list[str]:
             uninject(obj)
             return []
-    else:
-        opts = Options(args.image, args.mode)
+
+    sources: list[tuple[str, str]] = []
+    for path in args.paths:
+        try:
+            sources.append(read_source(path))
+        except InputError as exc:
+            print(f"{command}: {exc}", file=sys.stderr)
+            return 2
+    if args.command != "uninject":
+        claims = None
+        if args.memory_from_claims:
+            from ..manifests.claims import read_claims
+
+            docs = []
+            for _, text in sources:
+                with contextlib.suppress(DocumentError, ImportError):  # said below, per file
+                    docs += parse_documents(text)
+            claims = read_claims(docs)
+        opts = Options(args.image, args.mode, claims)
 
         def change(obj: dict[str, Any], name: str) -> list[str]:
             return inject(obj, opts, name)
 
     outputs: list[str] = []
-    for path in args.paths:
-        try:
-            file, text = read_source(path)
-        except InputError as exc:
-            print(f"{command}: {exc}", file=sys.stderr)
-            return 2
+    for file, text in sources:
         try:
             out, notes = rewrite_text(text, change)
         except ImportError:

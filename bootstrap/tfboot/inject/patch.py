@@ -13,9 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..manifests.dracaps import pod_mps_caps
 from ..manifests.workloads import dig, templates
 from . import template as t
 from .interpreter import ADVICE, ignored_by
+
+LIMIT = "MEMORY_LIMIT_MB"
 
 
 class InjectError(ValueError):
@@ -24,8 +27,12 @@ class InjectError(ValueError):
 
 @dataclass(frozen=True)
 class Options:
+    """What to inject: the injector image, the mode, and, for ``--memory-from-claims``, the
+    DRA claims in the inputs (``manifests.claims.read_claims``), else None."""
+
     image: str
     mode: str = "init"
+    claims: Any = None
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -116,8 +123,10 @@ def _inject_template(
 ) -> list[str]:
     created: list[str] = []
     pythonpaths: dict[str, str | None] = {}
+    memory: dict[str, str | None] = {}
     notes: list[str] = []
     pod = template["spec"]
+    caps = pod_mps_caps(pod, opts.claims) if opts.claims is not None else {}
     given = _annotation(doc, template, t.IMAGE_PYTHONPATH)
     _list(pod, "volumes", created, "spec.volumes").append(t.volume(opts.mode, opts.image))
     inits: list[dict[str, Any]] = []
@@ -151,6 +160,8 @@ def _inject_template(
                     "replaced by the container's in Kubernetes, and image mode cannot read it: "
                     f'give it in the annotation {t.IMAGE_PYTHONPATH} ("none" if it has none)'
                 )
+        if name in caps:
+            notes += _carry_memory(env, caps[name], memory, name, where)
         for why in ignored_by(container):
             notes.append(f"{where} container {name}: its command runs Python with {why}, so the "
                          f"hook does not run there: {ADVICE}")  # fmt: skip
@@ -164,9 +175,27 @@ def _inject_template(
         created.append("metadata.annotations")
         annotations["annotations"] = {}
     record = {"mode": opts.mode, "image": opts.image, "created": created,
-              "pythonpath": pythonpaths}  # fmt: skip
+              "pythonpath": pythonpaths, **({"memory": memory} if memory else {})}  # fmt: skip
     annotations["annotations"][t.RECORD] = json.dumps(record, separators=(",", ":"))
     return notes
+
+
+def _carry_memory(env: list[Any], cap: int, memory: dict[str, str | None], name: str,
+                  where: str) -> list[str]:  # fmt: skip
+    """MEMORY_LIMIT_MB from the container's DRA MPS limit, where it is unset or ``auto``
+    (which cannot see that limit); a number of the container's own is left for ``tfboot
+    manifests`` to judge."""
+    entry = next((e for e in env if _named(LIMIT)(e)), None)
+    if entry is None:
+        memory[name] = None
+        env.append({"name": LIMIT, "value": str(cap)})
+    elif entry.get("value") == "auto" and "valueFrom" not in entry:
+        memory[name] = "auto"
+        entry["value"] = str(cap)
+    else:
+        return [f"{where} container {name}: {LIMIT} is the container's own; its DRA claim's "
+                f"MPS limit allows at most {cap} (tfboot manifests checks it)"]  # fmt: skip
+    return []
 
 
 def uninject(doc: dict[str, Any]) -> None:
@@ -204,9 +233,12 @@ def _uninject_template(template: dict[str, Any]) -> None:
             continue
         path = f"containers/{container.get('name')}"
         _without(container, "volumeMounts", _named(t.VOLUME), created, f"{path}/volumeMounts")
+        memory = record.get("memory") or {}
         for entry in container.get("env") or []:
             if isinstance(entry, dict) and entry.get("name") == "PYTHONPATH":
                 _restore(entry, container.get("name"), pythonpaths)
+            elif _named(LIMIT)(entry) and container.get("name") in memory:
+                _put_back(entry, memory[container.get("name")])
         _without(container, "env", lambda e: _named(t.CONTAINER_ENV)(e) or e is None,
                  created, f"{path}/env")  # fmt: skip
     metadata = template.get("metadata")
@@ -224,13 +256,15 @@ def _restore(entry: dict[str, Any], name: Any, pythonpaths: Mapping[str, Any]) -
     """PYTHONPATH as it was: from the record, else without the hook's entry."""
     value = str(entry.get("value", ""))
     if name in pythonpaths:
-        old = pythonpaths[name]
+        _put_back(entry, pythonpaths[name])
     elif value == t.HOOK or value.startswith(t.HOOK + ":"):
-        old = value[len(t.HOOK) + 1 :] or None
-    else:
-        return
+        _put_back(entry, value[len(t.HOOK) + 1 :] or None)
+
+
+def _put_back(entry: dict[str, Any], old: str | None) -> None:
+    """An env entry's value as it was; None: the entry was inject's, and goes."""
     if old is None:
-        entry.clear()  # dropped with the env list's other None-like entries below
+        entry.clear()  # dropped with tfboot's own variable below
         entry["name"] = t.CONTAINER_ENV
     else:
         entry["value"] = old
