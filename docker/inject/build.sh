@@ -21,6 +21,8 @@ trap 'rm -rf "$context"' EXIT
 PYTHON="$python" "$repo/docker/prepare-wheels.sh" "$context/wheels" >/dev/null
 mkdir -p "$context/tfboot/hook" "$context/tfboot/env"
 cp "$repo/bootstrap/tfboot/inject/hook.py" "$context/tfboot/hook/sitecustomize.py"
+# The .pth way (the annotation tfboot/site-packages): mounted into the image's site-packages.
+echo 'import site; site.addsitedir("/tfboot/site")' >"$context/tfboot/tfboot-inject.pth"
 "$python" -m pip install --quiet --disable-pip-version-check --no-deps --no-index --no-compile \
     --target "$context/tfboot/site" "$context"/wheels/*.whl
 # No .dist-info in the tree: pip and importlib.metadata in the app's image must not take the

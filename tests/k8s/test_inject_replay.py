@@ -100,7 +100,21 @@ def _security(sc: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-def start(spec: dict[str, Any], volumes: dict[str, str]) -> tuple[int, str, str]:
+def _sub_path(volume: str, sub_path: str, image: str, into: Path) -> str:
+    """A file of a named volume, copied out to bind it where the manifest mounts it with
+    ``subPath`` (the engine here mounts no part of a volume; the kubelet bind-mounts it)."""
+    done = subprocess.run(["docker", "run", "--rm", "-u", "0", "--entrypoint", "cat", "-v",
+                           f"{volume}:/v:ro", image, f"/v/{sub_path}"],
+                          check=True, capture_output=True)  # fmt: skip
+    into.mkdir(parents=True, exist_ok=True)
+    path = into / sub_path.replace("/", "_")
+    path.write_bytes(done.stdout)
+    path.chmod(0o644)
+    return str(path)
+
+
+def start(spec: dict[str, Any], volumes: dict[str, str], files: Path | None = None,
+          ) -> tuple[int, str, str]:  # fmt: skip
     """Run one container of a Pod as the kubelet would: its image, command, env, mounts and
     security context; emptyDir volumes are the named Docker volumes of ``volumes``."""
     container = DockerContainer(spec["image"])
@@ -115,8 +129,11 @@ def start(spec: dict[str, Any], volumes: dict[str, str]) -> tuple[int, str, str]
         container.with_env(key, value)
     tmpfs = []
     for mount in spec.get("volumeMounts") or []:
-        assert "subPath" not in mount
-        if mount["name"] == "tmp":
+        if "subPath" in mount:
+            assert files is not None and mount.get("readOnly"), mount
+            file = _sub_path(volumes[mount["name"]], mount["subPath"], spec["image"], files)
+            container.with_volume_mapping(file, mount["mountPath"], "ro")
+        elif mount["name"] == "tmp":
             tmpfs.append(mount["mountPath"])
         else:
             mode = "ro" if mount.get("readOnly") else "rw"
@@ -130,7 +147,8 @@ def start(spec: dict[str, Any], volumes: dict[str, str]) -> tuple[int, str, str]
     return int(status["StatusCode"]), stdout.decode(), stderr.decode()
 
 
-def replay(text: str, command: list[str] | None = None) -> tuple[int, str, str]:
+def replay(text: str, command: list[str] | None = None, files: Path | None = None,
+           ) -> tuple[int, str, str]:  # fmt: skip
     """The injected Job's Pod on the engine: its init containers in order, then the app
     container (with ``command`` in place of its own, where given)."""
     (doc,) = [d for d in yaml.safe_load_all(text) if d and d["kind"] == "Job"]
@@ -150,13 +168,14 @@ def replay(text: str, command: list[str] | None = None) -> tuple[int, str, str]:
             status, out, err = start(init, volumes)
             assert status == 0, (init["name"], out, err)
         (app,) = pod["containers"]
-        return start({**app, **({"command": command} if command else {})}, volumes)
+        return start({**app, **({"command": command} if command else {})}, volumes, files)
     finally:
         subprocess.run(["docker", "volume", "rm", "-f", *volumes.values()], capture_output=True)
 
 
 def validated(kubectl: str, text: str, tmp_path: Path, versions: tuple[str, ...]) -> None:
     """The injected manifest passes kustomize, schema validation and the strict checker."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "job.yaml").write_text(text)
     (tmp_path / "kustomization.yaml").write_text("resources: [job.yaml]\n")
     rendered = render_text(kubectl, tmp_path)
@@ -232,3 +251,27 @@ def test_image_mode_manifests_validate(kubectl: str, tmp_path: Path) -> None:
     assert env["PYTHONPATH"] == "/tfboot/hook:/app/lib"
     validated(kubectl, injected.stdout, tmp_path, KUBERNETES_VERSIONS[-1:])
     assert tfboot("uninject", "-", stdin=injected.stdout).stdout == annotated
+
+
+def test_the_pth_way_reaches_python_minus_i(
+    injector: str, base_image: str, kubectl: str, tmp_path: Path
+) -> None:
+    """``python -I`` ignores PYTHONPATH: with the image's site-packages named, the tree's
+    ``.pth`` is mounted there and starts tfboot all the same; PYTHONPATH is left alone."""
+    isolated = ["python3", "-I", "-c", "import tensorflow as tf, json; print(json.dumps("
+                "{'intra': tf.config.threading.get_intra_op_parallelism_threads()}))"]  # fmt: skip
+    original = job(app_on(base_image, "app"), isolated).replace(
+        "  template:\n", "  template:\n    metadata:\n      annotations:\n"
+        "        tfboot/site-packages: /usr/local/lib/python3.11/dist-packages\n", 1)  # fmt: skip
+    injected = tfboot("inject", "--image", injector, "-", stdin=original)
+    assert injected.returncode == 0 and "-I" not in injected.stderr, injected.stderr
+    (doc,) = yaml.safe_load_all(injected.stdout)
+    (app,) = doc["spec"]["template"]["spec"]["containers"]
+    assert "PYTHONPATH" not in {e["name"] for e in app["env"]}
+    validated(kubectl, injected.stdout, tmp_path / "k", KUBERNETES_VERSIONS)
+    status, out, err = replay(injected.stdout, files=tmp_path / "files")
+    assert status == 0, err
+    assert last_json(out)["intra"] == 2 and err.count("tfboot: configured TensorFlow") == 1, err
+    plain = replay(tfboot("inject", "--image", injector, "-", stdin=original.replace(
+        "tfboot/site-packages", "example/unrelated")).stdout)  # fmt: skip
+    assert plain[0] == 0 and last_json(plain[1])["intra"] != 2  # -I: the hook never ran

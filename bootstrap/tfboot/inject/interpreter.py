@@ -14,17 +14,19 @@ _WHY = {"I": "-I (isolated: PYTHONPATH ignored)", "E": "-E (PYTHON* variables ig
         "S": "-S (no site: no start-up hook at all)"}  # fmt: skip
 
 
-def ignored_by(container: Mapping[str, Any]) -> list[str]:
-    """The options in the container's command and args that keep the hook out, described."""
+def ignored_by(container: Mapping[str, Any], pth: bool = False) -> list[str]:
+    """The options in the container's command and args that keep the hook out, described;
+    with the ``.pth`` way (``pth``), only ``-S`` does."""
     words = [str(w) for key in ("command", "args") for w in container.get(key) or []]
     text = " ".join(shlex.quote(w) if " " not in w else w for w in words)
     found: set[str] = set()
     for match in _PYTHON.finditer(text):
         found |= set("".join(flag.lstrip("-") for flag in match.group(1).split())) & set(_WHY)
-    return [_WHY[f] for f in "IES" if f in found]
+    return [_WHY[f] for f in ("S" if pth else "IES") if f in found]
 
 
 ADVICE = (
-    "drop the option, or mount the tree's site.pth into the image's site-packages "
-    "(docs/inject.md, 'Interpreters that ignore PYTHONPATH'); under -S nothing can start tfboot"
+    "drop the option, or name the image's site-packages in the annotation "
+    "tfboot/site-packages, so a .pth file starts tfboot there (docs/inject.md); under -S "
+    "nothing can start it"
 )

@@ -128,6 +128,7 @@ def _inject_template(
     pod = template["spec"]
     caps = pod_mps_caps(pod, opts.claims) if opts.claims is not None else {}
     given = _annotation(doc, template, t.IMAGE_PYTHONPATH)
+    site_packages = _annotation(doc, template, t.SITE_PACKAGES)
     _list(pod, "volumes", created, "spec.volumes").append(t.volume(opts.mode, opts.image))
     inits: list[dict[str, Any]] = []
     if opts.mode == "init":
@@ -137,12 +138,17 @@ def _inject_template(
         if name not in chosen:
             continue
         path = f"containers/{name}"
-        _list(container, "volumeMounts", created, f"{path}/volumeMounts").append(
-            t.app_mount(opts.mode)
-        )
-        env = _list(container, "env", created, f"{path}/env")
+        mounts = _list(container, "volumeMounts", created, f"{path}/volumeMounts")
+        mounts.append(t.app_mount(opts.mode))
+        if site_packages:
+            mounts.append(t.pth_mount(opts.mode, site_packages))
+        env = container.get("env") if isinstance(container.get("env"), list) else []
+        if not site_packages:
+            env = _list(container, "env", created, f"{path}/env")
         entry = next((e for e in env if _named("PYTHONPATH")(e)), None)
-        if entry is not None:
+        if site_packages:
+            pass  # the .pth in the image's site-packages: PYTHONPATH stays as it is
+        elif entry is not None:
             old = str(entry.get("value", ""))
             pythonpaths[name] = old
             entry["value"] = f"{t.HOOK}:{old}" if old else t.HOOK
@@ -161,8 +167,9 @@ def _inject_template(
                     f'give it in the annotation {t.IMAGE_PYTHONPATH} ("none" if it has none)'
                 )
         if name in caps:
+            env = _list(container, "env", created, f"{path}/env")
             notes += _carry_memory(env, caps[name], memory, name, where)
-        for why in ignored_by(container):
+        for why in ignored_by(container, bool(site_packages)):
             notes.append(f"{where} container {name}: its command runs Python with {why}, so the "
                          f"hook does not run there: {ADVICE}")  # fmt: skip
     if inits:

@@ -30,6 +30,7 @@ MODES = ("init", "image")
 OPT_OUT = "tfboot/inject"  # "false": leave it alone
 CHOOSE = "tfboot/inject-containers"  # "a,b": only these (default: every container)
 IMAGE_PYTHONPATH = "tfboot/image-pythonpath"  # the image's PYTHONPATH: no probe (or "none")
+SITE_PACKAGES = "tfboot/site-packages"  # the image's site-packages: the .pth way instead
 RECORD = "tfboot/injected"  # what inject changed, for uninject (JSON)
 CONTAINER_ENV = "TFBOOT_INJECTED"  # the container's name, for the hook
 
@@ -58,6 +59,16 @@ def app_mount(mode: str) -> dict[str, Any]:
     if mode == "image":
         mount["subPath"] = "tfboot"  # the image holds the tree at /tfboot
     return mount
+
+
+PTH = "tfboot-inject.pth"  # at the tree's root: one line, site.addsitedir of the tree
+
+
+def pth_mount(mode: str, site_packages: str) -> dict[str, Any]:
+    """The tree's ``.pth`` file mounted into the image's site-packages: ``site`` runs it even
+    under ``python -I`` and ``-E``, and no PYTHONPATH is needed."""
+    return {"name": VOLUME, "mountPath": f"{site_packages.rstrip('/')}/{PTH}",
+            "subPath": f"tfboot/{PTH}" if mode == "image" else PTH, "readOnly": True}  # fmt: skip
 
 
 def _init_container(name: str, image: str, **extra: Any) -> dict[str, Any]:

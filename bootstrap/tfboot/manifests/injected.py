@@ -31,7 +31,12 @@ def check_injected(container: Container, report: Report) -> None:
     """An app container that takes tfboot's tree, or names its hook: every part in place."""
     if container.spec in (container.pod.get("initContainers") or []):
         return
-    mount = _named(container.spec.get("volumeMounts"), t.VOLUME)
+    mounts = [m for m in container.spec.get("volumeMounts") or []
+              if isinstance(m, Mapping) and m.get("name") == t.VOLUME]  # fmt: skip
+    mount = next(
+        (m for m in mounts if m.get("mountPath") == t.MOUNT), mounts[0] if mounts else None
+    )
+    pth = any(str(m.get("mountPath", "")).endswith("/" + t.PTH) for m in mounts)
     path = _pythonpath(container)
     named = path is not None and t.HOOK in path.split(":")
     if mount is None and not named:
@@ -43,7 +48,7 @@ def check_injected(container: Container, report: Report) -> None:
                    f"PYTHONPATH names {t.HOOK} but the Pod has no {t.VOLUME} volume mounted at "
                    f"{t.MOUNT}: nothing happens", "run tfboot inject again")  # fmt: skip
         return
-    if mount.get("mountPath") != t.MOUNT or mount.get("readOnly") is not True:
+    if any(m.get("readOnly") is not True for m in mounts) or mount.get("mountPath") != t.MOUNT:
         report.add(where, "inject-mount",
                    f"the {t.VOLUME} volume is not mounted read-only at {t.MOUNT}",
                    f"mount it at {t.MOUNT} with readOnly: true")  # fmt: skip
@@ -54,10 +59,10 @@ def check_injected(container: Container, report: Report) -> None:
     if "emptyDir" in volume and not (volume.get("emptyDir") or {}).get("sizeLimit"):
         report.add(where, "inject-mount", f"the {t.VOLUME} emptyDir has no sizeLimit",
                    f"set emptyDir.sizeLimit: {t.SIZE_LIMIT}")  # fmt: skip
-    if path is None or path.split(":")[0] != t.HOOK:
+    if not pth and (path is None or path.split(":")[0] != t.HOOK):
         report.add(where, "inject-pythonpath",
                    f"PYTHONPATH={path!r} does not start with {t.HOOK}: the hook is not the "
                    "sitecustomize Python finds, and nothing happens",
                    f"put {t.HOOK} first (tfboot inject merges it)")  # fmt: skip
-    for why in ignored_by(container.spec):
+    for why in ignored_by(container.spec, pth):
         report.add(where, "inject-ignored", f"the command runs Python with {why}", ADVICE)
