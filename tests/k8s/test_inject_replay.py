@@ -25,7 +25,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from container_runs import QUIET_TF
-from image_builds import IMAGE_PREFIX, REPO, build_lock, build_standin_base, run
+from image_builds import IMAGE_PREFIX, REPO, STANDINS, build_lock, build_standin_base, run
 from kustomize import KUBERNETES_VERSIONS, render_text
 from support import last_json
 from testcontainers.core.container import DockerContainer
@@ -275,3 +275,26 @@ def test_the_pth_way_reaches_python_minus_i(
     plain = replay(tfboot("inject", "--image", injector, "-", stdin=original.replace(
         "tfboot/site-packages", "example/unrelated")).stdout)  # fmt: skip
     assert plain[0] == 0 and last_json(plain[1])["intra"] != 2  # -I: the hook never ran
+
+
+STARTED = ("import sys, json; t = sys.modules.get('tfboot'); print(json.dumps({'python': "
+           "list(sys.version_info[:2]), 'tfboot': getattr(t, '__file__', None), 'started': "
+           "getattr(t, 'STARTED', None), 'own': sys.modules['sitecustomize'].__file__}))")  # fmt: skip
+
+
+@pytest.mark.parametrize("python", sorted(STANDINS))
+def test_every_python_an_image_may_carry_starts_it(injector: str, python: str) -> None:
+    """Debian's Python of each stand-in (3.15's through PEP 829's ``tfboot.start``), as a
+    non-root user with a read-only root: tfboot starts from the tree, and Debian's own
+    ``sitecustomize`` still runs after the hook."""
+    base = build_standin_base(STANDINS[python])
+    injected = tfboot(
+        "inject", "--image", injector, "-", stdin=job(base, ["python3", "-c", STARTED])
+    )
+    assert injected.returncode == 0, injected.stderr
+    status, out, err = replay(injected.stdout)
+    assert status == 0 and err == "", err
+    found = last_json(out)
+    assert found["python"] == [int(x) for x in python.split(".")], found
+    assert found["tfboot"] == "/tfboot/site/tfboot/__init__.py" and found["started"] is True
+    assert found["own"].startswith(("/usr/lib/python3", "/etc/python3")), found  # Debian's

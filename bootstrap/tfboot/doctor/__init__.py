@@ -149,11 +149,10 @@ def render(report: dict[str, Any]) -> str:
     """The report as text for a person."""
     from .frameworks import render as render_frameworks
 
+    copy = [f"  {copy_line(report['copy'])}"] if report.get("copy") else []
     if "tensorflow_version" not in report:
-        return "\n".join(["tfboot doctor", *render_frameworks(report["frameworks"])])
-    lines = [f"tfboot doctor (TensorFlow {report['tensorflow_version']})"]
-    if report.get("copy"):
-        lines.append(f"  {copy_line(report['copy'])}")
+        return "\n".join(["tfboot doctor", *copy, *render_frameworks(report["frameworks"])])
+    lines = [f"tfboot doctor (TensorFlow {report['tensorflow_version']})", *copy]
     if not (report.get("startup") or {}).get("ran", True):
         lines.append("  NOT STARTED: tfboot's start-up hook did not run in this interpreter; "
                      "what follows is what a plain import got")  # fmt: skip

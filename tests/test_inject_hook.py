@@ -1,0 +1,127 @@
+"""The injected start-up hook (``tfboot/inject/hook.py``, installed as ``sitecustomize``) on
+every CPython here from 3.10, each a bare interpreter with no tfboot installed: the tree,
+read-only, made as the injector image holds it. It starts tfboot (the tree appended after
+the interpreter's own packages), runs the image's own ``sitecustomize`` as ``site`` would
+(an error in it reported exactly as without the hook), reaches ``spawn`` children, prints
+nothing, and stands down for a tfboot the interpreter already has.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import dotenv
+import pytest
+import tfboot
+from support import scenario_env, unavailable
+
+PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+FACTS = """
+import json, sys, multiprocessing as mp
+
+def facts():
+    t = sys.modules.get("tfboot")
+    return {"tfboot": getattr(t, "__file__", None), "started": getattr(t, "STARTED", None),
+            "injected": list(getattr(t, "INJECTED", ()) or ()),
+            "image_hook": getattr(sys, "image_hook_ran", False),
+            "python": list(sys.version_info[:2]), "last": sys.path[-1]}
+
+if __name__ == "__main__":
+    with mp.get_context("spawn").Pool(1) as pool:
+        child = pool.apply(facts)
+    print(json.dumps({**facts(), "child": child}))
+"""
+
+
+def bare_pythons() -> list[str]:
+    """pyenv's CPythons 3.10 to 3.15 (none with tfboot installed)."""
+    found = sorted(PYENV.glob("3.1[0-5].*/bin/python3"))
+    return [str(p) for p in found]
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``/tfboot`` as the injector image holds it (docker/inject/build.sh), read-only."""
+    root = tmp_path_factory.mktemp("inject") / "tfboot"
+    package = Path(tfboot.__file__).parent
+    site_packages = package.parent
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(package, root / "site" / "tfboot", ignore=ignore)
+    shutil.copytree(Path(dotenv.__file__).parent, root / "site" / "dotenv", ignore=ignore)
+    for name in ("tfboot.pth", "tfboot.start", "tfboot.py"):
+        shutil.copy(site_packages / name, root / "site" / name)
+    (root / "hook").mkdir()
+    shutil.copy(package / "inject" / "hook.py", root / "hook" / "sitecustomize.py")
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    return root
+
+
+@pytest.fixture(scope="module")
+def image_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    lib = tmp_path_factory.mktemp("image-lib")
+    (lib / "sitecustomize.py").write_text("import sys\nsys.image_hook_ran = True\n")
+    return lib
+
+
+def run(
+    python: str, args: list[str], pythonpath: str, cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    env = scenario_env({"PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"})
+    return subprocess.run([python, *args], env=env, cwd=cwd, text=True, capture_output=True,
+                          timeout=120)  # fmt: skip
+
+
+def test_there_is_a_python_3_10() -> None:
+    if not any("/3.10." in p for p in bare_pythons()):
+        unavailable(f"no CPython 3.10 under {PYENV}")
+
+
+@pytest.mark.parametrize("python", bare_pythons(), ids=lambda p: Path(p).parents[1].name)
+def test_the_hook_starts_tfboot_and_chains_the_image_s_own(
+    python: str, tree: Path, image_lib: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "facts.py"
+    script.write_text(FACTS)
+    done = run(python, [str(script)], f"{tree / 'hook'}:{image_lib}", tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    found = json.loads(done.stdout)
+    for seen in (found, found["child"]):
+        assert seen["tfboot"] == str(tree / "site" / "tfboot" / "__init__.py"), seen
+        assert seen["started"] is True and seen["image_hook"] is True, seen
+        assert seen["injected"] == [str(tree / "hook"), str(tree / "site")], seen
+        assert seen["last"] == str(tree / "site"), seen  # after the interpreter's own packages
+
+
+@pytest.mark.parametrize("python", bare_pythons()[:1] + bare_pythons()[-1:])
+def test_an_error_in_the_image_s_sitecustomize_reads_as_without_the_hook(
+    python: str, tree: Path, tmp_path: Path
+) -> None:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "sitecustomize.py").write_text("raise ValueError('the image is broken')\n")
+    code = ["-c", "print('ran')"]
+    with_hook = run(python, code, f"{tree / 'hook'}:{lib}", tmp_path)
+    without = run(python, code, str(lib), tmp_path)
+    assert (with_hook.returncode, with_hook.stdout, with_hook.stderr) == (
+        without.returncode, without.stdout, without.stderr)  # fmt: skip
+    assert "Error in sitecustomize" in without.stderr
+
+
+def test_an_installed_tfboot_keeps_its_copy(tree: Path, tmp_path: Path) -> None:
+    """This environment has tfboot installed: its copy runs, the injected one stands down."""
+    code = ["-c", "import sys, json; t = sys.modules['tfboot']; print(json.dumps("
+            "[t.__file__, list(t.INJECTED), str(sys.path[-1])]))"]  # fmt: skip
+    done = run(sys.executable, code, str(tree / "hook"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    path, injected, last = json.loads(done.stdout)
+    assert path == tfboot.__file__ and injected == [str(tree / "hook"), str(tree / "site")]
+    assert last != str(tree / "site")  # the tree was not even added
+    doctor = run(sys.executable, ["-m", "tfboot", "doctor", "--framework", "jax"],
+                 str(tree / "hook"), tmp_path)  # fmt: skip
+    assert "the image's own tfboot; the injected copy stood down" in doctor.stdout, doctor
