@@ -279,7 +279,8 @@ def test_the_pth_way_reaches_python_minus_i(
 
 STARTED = ("import sys, json; t = sys.modules.get('tfboot'); print(json.dumps({'python': "
            "list(sys.version_info[:2]), 'tfboot': getattr(t, '__file__', None), 'started': "
-           "getattr(t, 'STARTED', None), 'own': sys.modules['sitecustomize'].__file__}))")  # fmt: skip
+           "getattr(t, 'STARTED', None), "
+           "'own': sys.modules['sitecustomize'].__file__}))")  # fmt: skip
 
 
 @pytest.mark.parametrize("python", sorted(STANDINS))
