@@ -29,6 +29,7 @@ def facts():
     return {"tfboot": getattr(t, "__file__", None), "started": getattr(t, "STARTED", None),
             "injected": list(getattr(t, "INJECTED", ()) or ()),
             "image_hook": getattr(sys, "image_hook_ran", False),
+            "user_hook": getattr(sys, "user_hook_ran", False),
             "python": list(sys.version_info[:2]), "last": sys.path[-1]}
 
 if __name__ == "__main__":
@@ -64,15 +65,24 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def image_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The image's own ``sitecustomize`` (``lib``) and ``usercustomize`` (``user``, its
+    user base, for every minor version)."""
     lib = tmp_path_factory.mktemp("image-lib")
     (lib / "sitecustomize.py").write_text("import sys\nsys.image_hook_ran = True\n")
+    for minor in range(10, 16):
+        user = lib / "user" / "lib" / f"python3.{minor}" / "site-packages"
+        user.mkdir(parents=True)
+        (user / "usercustomize.py").write_text("import sys\nsys.user_hook_ran = True\n")
     return lib
 
 
 def run(
-    python: str, args: list[str], pythonpath: str, cwd: Path
+    python: str, args: list[str], pythonpath: str, cwd: Path, user: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     env = scenario_env({"PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"})
+    if user is not None:
+        env["PYTHONUSERBASE"] = str(user)
+        env.pop("PYTHONNOUSERSITE", None)
     return subprocess.run([python, *args], env=env, cwd=cwd, text=True, capture_output=True,
                           timeout=120)  # fmt: skip
 
@@ -88,12 +98,13 @@ def test_the_hook_starts_tfboot_and_chains_the_image_s_own(
 ) -> None:
     script = tmp_path / "facts.py"
     script.write_text(FACTS)
-    done = run(python, [str(script)], f"{tree / 'hook'}:{image_lib}", tmp_path)
+    done = run(python, [str(script)], f"{tree / 'hook'}:{image_lib}", tmp_path, image_lib / "user")
     assert done.returncode == 0 and done.stderr == "", done.stderr
     found = json.loads(done.stdout)
     for seen in (found, found["child"]):
         assert seen["tfboot"] == str(tree / "site" / "tfboot" / "__init__.py"), seen
         assert seen["started"] is True and seen["image_hook"] is True, seen
+        assert seen["user_hook"] is True, seen  # site's own next step, untouched
         assert seen["injected"] == [str(tree / "hook"), str(tree / "site")], seen
         assert seen["last"] == str(tree / "site"), seen  # after the interpreter's own packages
 
