@@ -19,8 +19,9 @@ def doctor(env: dict[str, str], *frameworks: str) -> tuple[int, dict]:
 def test_doctor_shows_what_jax_got_and_the_devices_it_sees() -> None:
     status, report = doctor({"CPU_THREADS": "1", "VIRTUAL_SPLIT": "2"}, "jax")
     jax = report["frameworks"]["jax"]
-    assert status == 0 and list(report) == ["startup", "frameworks"]
+    assert status == 0 and list(report) == ["startup", "copy", "frameworks"]
     assert report["startup"] == {"ran": True, "why": None}
+    assert report["copy"]["injected"] is False and report["copy"]["stood_down"] is False
     assert jax["devices"] == ["cpu:0 (cpu)", "cpu:1 (cpu)"]
     assert jax["environ"] == {"JAX_NUM_CPU_DEVICES": "2"}
     assert jax["decisions"] == [
