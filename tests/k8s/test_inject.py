@@ -137,6 +137,13 @@ def test_opt_out_and_container_choice() -> None:
     (pod,) = pods(inject(chosen))
     assert "PYTHONPATH" not in env(pod["containers"][1])
     assert "volumeMounts" not in pod["containers"][1]
+    # Choosing again on an injected manifest takes the injection out of the other container.
+    rechosen = inject(two).replace(
+        "  name: serve\n", "  name: serve\n  annotations: {tfboot/inject-containers: app}\n", 1
+    )
+    (pod,) = pods(inject(rechosen))
+    assert "PYTHONPATH" in env(pod["containers"][0])
+    assert "PYTHONPATH" not in env(pod["containers"][1])
     wrong = chosen.replace("tfboot/inject-containers: app", "tfboot/inject-containers: trainer")
     done = tfboot("inject", "--image", IMAGE, "-", stdin=wrong)
     assert done.returncode == 1 and "names no container trainer" in done.stderr

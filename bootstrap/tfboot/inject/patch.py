@@ -1,9 +1,9 @@
 """Inject tfboot into one object's Pod templates, or take it out again, on parsed objects.
 
 ``inject`` adds the template's parts (``template.py``) and records on the Pod template, in
-the ``tfboot/injected`` annotation, what it created and each ``PYTHONPATH`` it changed, so
+the ``tfboot/injected`` annotation, what it created and each value it changed, so
 ``uninject`` gives back exactly what was there. Injecting an injected template with the same
-image and mode changes nothing; with another, it is taken out first.
+image, mode and containers changes nothing; with others, it is taken out first.
 """
 
 from __future__ import annotations
@@ -57,10 +57,12 @@ def inject(doc: dict[str, Any], opts: Options, name: str) -> list[str]:
         where = f"{name} {group}".strip()
         if _annotation(doc, template, t.OPT_OUT) == "false":
             continue
+        chosen = _chosen(doc, template, where)
         record = _record(template)
-        if record.get("image") == opts.image and record.get("mode") == opts.mode:
+        if [record.get(k) for k in ("image", "mode", "containers")] == [opts.image, opts.mode,
+                                                                       chosen]:  # fmt: skip
             continue
-        plans.append((where, template, _chosen(doc, template, where)))
+        plans.append((where, template, chosen))
     notes: list[str] = []
     for where, template, chosen in plans:
         if _record(template) or _parts_present(template):
@@ -181,7 +183,7 @@ def _inject_template(
     if not isinstance(annotations.get("annotations"), dict):
         created.append("metadata.annotations")
         annotations["annotations"] = {}
-    record = {"mode": opts.mode, "image": opts.image, "created": created,
+    record = {"mode": opts.mode, "image": opts.image, "containers": chosen, "created": created,
               "pythonpath": pythonpaths, **({"memory": memory} if memory else {})}  # fmt: skip
     annotations["annotations"][t.RECORD] = json.dumps(record, separators=(",", ":"))
     return notes
