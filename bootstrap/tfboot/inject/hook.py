@@ -47,7 +47,9 @@ def _start() -> None:
 
 
 def _restore_pythonpath(root: str, hook: str) -> None:
-    """Add the image's own PYTHONPATH entries (recorded at the Pod's start) after the hook."""
+    """Add the image's own PYTHONPATH entries (recorded at the Pod's start) after the hook.
+    The environment is left as it is: a child Python inherits ``TFBOOT_INJECTED`` and
+    runs this hook again."""
     container = os.environ.get(CONTAINER, "")
     if not container or "/" in container:
         return
@@ -66,9 +68,6 @@ def _restore_pythonpath(root: str, hook: str) -> None:
             present.add(path)
             sys.path.insert(at, path)
             at += 1
-    current = os.environ.get("PYTHONPATH", "")
-    if value not in current.split(os.pathsep) and not current.endswith(os.pathsep + value):
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (current, value) if p)
 
 
 def _chain(hook: str) -> None:
