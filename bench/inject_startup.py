@@ -10,13 +10,13 @@ image nobody rebuilt would start it:
   4. the image's own ``sitecustomize`` on its ``PYTHONPATH``, without and with the hook
      chaining it: what chaining adds to an image that has one.
 
-The tree is made as ``docker/inject/build.sh`` makes it (the wheel unpacked with pip, bytecode
-that is never checked against the source). Usage: python bench/inject_startup.py
+The tree is made by ``docker/inject/build.sh --tree`` (the wheel unpacked with pip,
+bytecode that is never checked against the source). Usage: python bench/inject_startup.py
 """
 
 from __future__ import annotations
 
-import shutil
+import os
 import subprocess
 import sys
 import sysconfig
@@ -29,25 +29,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def make_tree(root: Path) -> Path:
-    """``root/hook/sitecustomize.py`` and ``root/site``, as the injector image holds them."""
-    wheels = root / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels),
-                    str(REPO)], check=True)  # fmt: skip
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-                    "--target", str(root / "site"), *map(str, wheels.glob("*.whl"))],
-                   check=True)  # fmt: skip
-    (root / "hook").mkdir()
-    shutil.copy(REPO / "bootstrap" / "tfboot" / "inject" / "hook.py",
-                root / "hook" / "sitecustomize.py")  # fmt: skip
-    compile_all = [
-        sys.executable,
-        "-m",
-        "compileall",
-        "-q",
-        "--invalidation-mode",
-        "unchecked-hash",
-    ]
-    subprocess.run([*compile_all, str(root / "hook"), str(root / "site")], check=True)
+    """The injector image's tree at ``root`` (``docker/inject/build.sh --tree``); its hook."""
+    subprocess.run(["bash", str(REPO / "docker" / "inject" / "build.sh"), "--tree", str(root)],
+                   env={**os.environ, "PYTHON": sys.executable}, check=True)  # fmt: skip
     return root / "hook"
 
 

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import dotenv
 import pytest
 import tfboot
-from support import scenario_env, unavailable
+from support import REPO, scenario_env, unavailable
 
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 FACTS = """
@@ -47,17 +45,12 @@ def bare_pythons() -> list[str]:
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``/tfboot`` as the injector image holds it (docker/inject/build.sh), read-only."""
+    """``/tfboot`` as the injector image holds it (``docker/inject/build.sh --tree``),
+    read-only."""
     root = tmp_path_factory.mktemp("inject") / "tfboot"
-    package = Path(tfboot.__file__).parent
-    site_packages = package.parent
-    ignore = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(package, root / "site" / "tfboot", ignore=ignore)
-    shutil.copytree(Path(dotenv.__file__).parent, root / "site" / "dotenv", ignore=ignore)
-    for name in ("tfboot.pth", "tfboot.start", "tfboot.py"):
-        shutil.copy(site_packages / name, root / "site" / name)
-    (root / "hook").mkdir()
-    shutil.copy(package / "inject" / "hook.py", root / "hook" / "sitecustomize.py")
+    subprocess.run(["bash", str(REPO / "docker" / "inject" / "build.sh"), "--tree", str(root)],
+                   env={**os.environ, "PYTHON": sys.executable}, check=True,
+                   capture_output=True)  # fmt: skip
     for path in [root, *root.rglob("*")]:
         path.chmod(0o555 if path.is_dir() else 0o444)
     return root

@@ -1,44 +1,59 @@
 #!/usr/bin/env bash
 # Build the injector image from this checkout: bash docker/inject/build.sh TAG
+# Or only make its tree (/tfboot) in DIR, as the tests and bench/inject_startup.py do:
+#   bash docker/inject/build.sh --tree DIR
 #
 # The tree is made on this machine (the tfboot wheel built from the checkout, python-dotenv
 # from pip's cache or index, both unpacked with pip install --target and compiled to bytecode
-# by every CPython 3.10 to 3.15 found on PATH), then `docker build --network none` copies it
+# by PYTHON and every CPython 3.10 to 3.15 found on PATH), then `docker build --network none` copies it
 # onto BASE_IMAGE (any image with sh and cp; default busybox:1.37).
 #
 # Environment: BASE_IMAGE  the base image;  PYTHON  the interpreter whose pip builds the tree
 # (default python3).
 set -euo pipefail
 
-tag="${1:?usage: docker/inject/build.sh TAG   (environment: BASE_IMAGE, PYTHON)}"
+usage="usage: docker/inject/build.sh TAG | --tree DIR   (environment: BASE_IMAGE, PYTHON)"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 python="${PYTHON:-python3}"
 base="${BASE_IMAGE:-busybox:1.37}"
 
+# make_tree DIR: the injected tree, DIR/hook, DIR/site, DIR/env, DIR/licenses, DIR/*.pth
+make_tree() {
+    local tree="$1" wheels
+    wheels="$(mktemp -d)"
+    PYTHON="$python" "$repo/docker/prepare-wheels.sh" "$wheels" >/dev/null
+    mkdir -p "$tree/hook" "$tree/env" "$tree/licenses"
+    cp "$repo/bootstrap/tfboot/inject/hook.py" "$tree/hook/sitecustomize.py"
+    # The .pth way (the annotation tfboot/site-packages): mounted into the image's site-packages.
+    echo 'import site; site.addsitedir("/tfboot/site")' >"$tree/tfboot-inject.pth"
+    "$python" -m pip install --quiet --disable-pip-version-check --no-deps --no-index \
+        --no-compile --target "$tree/site" "$wheels"/*.whl
+    rm -rf "$wheels"
+    # No .dist-info in the tree: pip and importlib.metadata in the app's image must not take
+    # the injected copies for installed packages. Their licenses are kept beside the tree.
+    for info in "$tree"/site/*.dist-info; do
+        find "$info" -iname 'LICENSE*' -type f \
+            -exec cp {} "$tree/licenses/$(basename "$info" .dist-info).LICENSE" \;
+    done
+    rm -rf "$tree/site/bin" "$tree"/site/*.dist-info
+    # Bytecode that is never checked against the source: the tree is read-only where it runs.
+    for interpreter in "$python" python3.10 python3.11 python3.12 python3.13 python3.14 python3.15; do
+        if "$interpreter" -c "" >/dev/null 2>&1; then
+            "$interpreter" -m compileall -q --invalidation-mode unchecked-hash "$tree" >/dev/null
+        fi
+    done
+    chmod -R a+rX,go-w "$tree"
+}
+
+if [ "${1:-}" = --tree ]; then
+    make_tree "${2:?$usage}"
+    exit 0
+fi
+tag="${1:?$usage}"
 context="$(mktemp -d)"
 trap 'rm -rf "$context"' EXIT
-PYTHON="$python" "$repo/docker/prepare-wheels.sh" "$context/wheels" >/dev/null
-mkdir -p "$context/tfboot/hook" "$context/tfboot/env"
-cp "$repo/bootstrap/tfboot/inject/hook.py" "$context/tfboot/hook/sitecustomize.py"
-# The .pth way (the annotation tfboot/site-packages): mounted into the image's site-packages.
-echo 'import site; site.addsitedir("/tfboot/site")' >"$context/tfboot/tfboot-inject.pth"
-"$python" -m pip install --quiet --disable-pip-version-check --no-deps --no-index --no-compile \
-    --target "$context/tfboot/site" "$context"/wheels/*.whl
-# No .dist-info in the tree: pip and importlib.metadata in the app's image must not take the
-# injected copies for installed packages. Their licenses are kept beside the tree.
-mkdir -p "$context/tfboot/licenses"
-for info in "$context"/tfboot/site/*.dist-info; do
-    find "$info" -iname 'LICENSE*' -type f -exec cp {} "$context/tfboot/licenses/$(basename "$info" .dist-info).LICENSE" \;
-done
-rm -rf "$context/tfboot/site/bin" "$context"/tfboot/site/*.dist-info
-# Bytecode that is never checked against the source: the tree is read-only where it runs.
-for interpreter in python3.10 python3.11 python3.12 python3.13 python3.14 python3.15; do
-    if "$interpreter" -c "" >/dev/null 2>&1; then
-        "$interpreter" -m compileall -q --invalidation-mode unchecked-hash "$context/tfboot" >/dev/null
-    fi
-done
-chmod -R a+rX,go-w "$context/tfboot"
+make_tree "$context/tfboot"
 cp "$here/Dockerfile" "$context/Dockerfile"
 version="$("$python" -c 'import re, sys; print(re.search(r"^__version__ = \"(.+)\"", open(sys.argv[1]).read(), re.M)[1])' "$repo/bootstrap/tfboot/__init__.py")"
 docker build --quiet --network none --tag "$tag" --build-arg "BASE_IMAGE=$base" \
