@@ -231,7 +231,6 @@ def _named(*names: str) -> Any:
 def _uninject_template(template: dict[str, Any]) -> None:
     record = _record(template)
     created = [str(c) for c in record.get("created", [])]
-    pythonpaths = record.get("pythonpath") or {}
     pod = template.get("spec") or {}
     _without(pod, "volumes", _named(t.VOLUME), created, "spec.volumes")
     _without(pod, "initContainers",
@@ -242,13 +241,8 @@ def _uninject_template(template: dict[str, Any]) -> None:
             continue
         path = f"containers/{container.get('name')}"
         _without(container, "volumeMounts", _named(t.VOLUME), created, f"{path}/volumeMounts")
-        memory = record.get("memory") or {}
-        for entry in container.get("env") or []:
-            if isinstance(entry, dict) and entry.get("name") == "PYTHONPATH":
-                _restore(entry, container.get("name"), pythonpaths)
-            elif _named(LIMIT)(entry) and container.get("name") in memory:
-                _put_back(entry, memory[container.get("name")])
-        _without(container, "env", lambda e: _named(t.CONTAINER_ENV)(e) or e is None,
+        name = container.get("name")
+        _without(container, "env", lambda e, n=name: not _env_back(e, n, record),
                  created, f"{path}/env")  # fmt: skip
     metadata = template.get("metadata")
     if isinstance(metadata, dict):
@@ -261,19 +255,25 @@ def _uninject_template(template: dict[str, Any]) -> None:
             del template["metadata"]
 
 
-def _restore(entry: dict[str, Any], name: Any, pythonpaths: Mapping[str, Any]) -> None:
-    """PYTHONPATH as it was: from the record, else without the hook's entry."""
+def _env_back(entry: Any, name: Any, record: Mapping[str, Any]) -> bool:
+    """Put one env entry of container ``name`` back as it was; False for one inject added
+    (tfboot's own variable, a PYTHONPATH or MEMORY_LIMIT_MB the container did not have)."""
+    if not isinstance(entry, dict):
+        return True
+    if entry.get("name") == t.CONTAINER_ENV:
+        return False
+    olds = {"PYTHONPATH": record.get("pythonpath") or {}, LIMIT: record.get("memory") or {}}
+    variable = entry.get("name")
+    if variable not in olds:
+        return True
     value = str(entry.get("value", ""))
-    if name in pythonpaths:
-        _put_back(entry, pythonpaths[name])
-    elif value == t.HOOK or value.startswith(t.HOOK + ":"):
-        _put_back(entry, value[len(t.HOOK) + 1 :] or None)
-
-
-def _put_back(entry: dict[str, Any], old: str | None) -> None:
-    """An env entry's value as it was; None: the entry was inject's, and goes."""
-    if old is None:
-        entry.clear()  # dropped with tfboot's own variable below
-        entry["name"] = t.CONTAINER_ENV
+    if name in olds[variable]:
+        old = olds[variable][name]
+    elif variable == "PYTHONPATH" and (value == t.HOOK or value.startswith(t.HOOK + ":")):
+        old = value[len(t.HOOK) + 1 :] or None  # no record: without the hook's entry
     else:
-        entry["value"] = old
+        return True
+    if old is None:
+        return False
+    entry["value"] = old
+    return True
