@@ -69,7 +69,7 @@ def rewrite_text(text: str, change: Change) -> tuple[str, list[str]]:
         for obj in _each_object(doc):
             name = f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name', '?')}"
             notes += change(obj, name)
-    return yamltext.rewrite(text, new), notes
+    return yamltext.rewrite(text, docs, new), notes
 
 
 def run(args: argparse.Namespace) -> int:

@@ -38,12 +38,12 @@ class _Indented(_Dumper):
         super().increase_indent(flow, False)
 
 
-def rewrite(text: str, new_docs: list[Any | None]) -> str:
-    """``text`` with each document whose new value is not None written to that value."""
+def rewrite(text: str, old_docs: list[Any], new_docs: list[Any | None]) -> str:
+    """``text`` with each document written from its old value (``old_docs``, as
+    ``yaml.safe_load_all`` read ``text``) to its new one; a None new value is left alone."""
     nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
-    olds = list(yaml.safe_load_all(text))
     edits: list[Edit] = []
-    for node, old, new in zip(nodes, olds, new_docs, strict=True):
+    for node, old, new in zip(nodes, old_docs, new_docs, strict=True):
         if new is None or node is None or old == new:
             continue
         writer = _Writer(text, edits)
