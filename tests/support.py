@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # Every variable of the env contract, plus the ones that change TF's behaviour.
 # A scenario starts from the runner's environment minus all of these.
-CONTRACT_PREFIXES = ("TFBOOT_", "DIST_")
+CONTRACT_PREFIXES = ("TFBOOT_", "DIST_", "MALLOC_")
 CONTRACT_VARS = frozenset(
     {
         "VISIBLE_GPU",
@@ -41,6 +41,12 @@ CONTRACT_VARS = frozenset(
         "ALIYUN_COM_GPU_MEM_DEV",
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
         "CUDA_MPS_PIPE_DIRECTORY",
+        "NVIDIA_GPU_MEMORY_LIMITS",
+        "GPU_PORTION",
+        "MEMORY_HEADROOM_MB",
+        "HOST_MEMORY_RELEASE",
+        "GLIBC_TUNABLES",
+        "LD_PRELOAD",
         "PYTHONPATH",
         "LOADER_GPU",
         "KERAS_BACKEND",

@@ -26,12 +26,13 @@ def caps(env: dict[str, str]) -> tuple[int | None, dict[int, int], str]:
 @pytest.mark.parametrize(
     ("value", "default", "per_gpu"),
     [
-        ("4G", 3584, {}),
-        ("4096M", 3584, {}),
-        ("4096", 3584, {}),
-        ("4gb", 3584, {}),
-        ("0=4G,1=2048M", None, {0: 3584, 1: 1536}),
-        (" 0=1024M , 2=1T ", None, {0: 512, 2: (1 << 20) - 512}),
+        ("4G", 2560, {}),
+        ("4096M", 2560, {}),
+        ("4096", 2560, {}),
+        ("4gb", 2560, {}),
+        # Two GPUs: NCCL's 1024 MiB beside TensorFlow's 1536.
+        ("0=8G,1=6144M", None, {0: 8192 - 2560, 1: 6144 - 2560}),
+        (" 0=4096M , 2=1T ", None, {0: 4096 - 2560, 2: (1 << 20) - 2560}),
     ],
 )
 def test_documented_forms_minus_the_headroom(
@@ -39,7 +40,10 @@ def test_documented_forms_minus_the_headroom(
 ) -> None:
     limit, found, source = caps({MPS: value})
     assert (limit, found) == (default, per_gpu)
-    assert source == f"MPS {MPS}={value.strip()} minus 512 MiB headroom"
+    room = 1536 if default else 2560
+    assert source.startswith(
+        f"MPS {MPS}={value.strip()} (enforced) minus {room} MiB of headroom for TensorFlow ("
+    )
 
 
 @pytest.mark.parametrize(
@@ -50,7 +54,6 @@ def test_documented_forms_minus_the_headroom(
         ("x=1G", "device=amount pairs such as 0=4G,1=2048M"),
         ("4G,2G", "device=amount pairs"),
         ("0=", "expected an amount from 1 MiB to 1 TiB"),
-        ("512M", "an MPS limit must exceed 512 MiB"),
         ("\u0664G", "expected an amount"),
     ],
 )
@@ -70,10 +73,9 @@ def test_auto_with_only_the_mps_pipe_says_the_limit_is_on_the_daemon() -> None:
     assert f"MPS is there ({PIPE}='/tmp/nvidia-mps')" in text
     assert "its memory limit is not visible in the container" in text
     assert "NVIDIA's DRA driver and device plugin set it on the MPS control daemon" in text
-    assert (
-        "set MEMORY_LIMIT_MB to the claim's defaultPinnedDeviceMemoryLimit in MiB minus 512" in text
-    )
-    assert f"or set {MPS} to that limit" in text
+    assert f"set {MPS} to the claim's defaultPinnedDeviceMemoryLimit (such as 10G)" in text
+    assert "or set MEMORY_LIMIT_MB to that limit in MiB minus the framework's headroom" in text
+    assert "TensorFlow 1536 MiB, PyTorch 1024 MiB, JAX 1024 MiB" in text
 
 
 def test_auto_with_nothing_says_nothing_of_mps() -> None:
@@ -83,7 +85,7 @@ def test_auto_with_nothing_says_nothing_of_mps() -> None:
 
 
 def test_the_pipe_beside_a_limit_takes_the_limit() -> None:
-    assert caps({MPS: "4G", PIPE: "/tmp/nvidia-mps"})[0] == 3584
+    assert caps({MPS: "4G", PIPE: "/tmp/nvidia-mps"})[0] == 2560
 
 
 def test_check_command_says_so_too(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
@@ -104,25 +106,25 @@ def test_check_command_says_so_too(monkeypatch: pytest.MonkeyPatch, capsys) -> N
 
 
 def test_the_smaller_hard_share_holds_per_gpu() -> None:
-    env = {"CUDA_DEVICE_MEMORY_LIMIT": "3000m", MPS: "0=2G,1=8G"}
+    env = {"CUDA_DEVICE_MEMORY_LIMIT": "6000m", MPS: "0=4G,1=16G"}
     limit, per_gpu, source = caps(env)
-    assert limit == 2488 and per_gpu == {0: 1536, 1: 2488}
+    assert limit == 6000 - 2560 and per_gpu == {0: 4096 - 2560, 1: 6000 - 2560}
     assert source.startswith("HAMi ") and "MPS " in source and "the smaller per GPU" in source
 
 
 def test_a_hard_share_wins_over_gpushare() -> None:
     limit, _, source = caps({MPS: "4G", "ALIYUN_COM_GPU_MEM_CONTAINER": "16"})
-    assert limit == 3584 and source.startswith("MPS ")
+    assert limit == 2560 and source.startswith("MPS ")
 
 
 def test_gpushare_alone_is_still_read() -> None:
-    assert caps({"ALIYUN_COM_GPU_MEM_CONTAINER": "2"})[0] == 2048
+    assert caps({"ALIYUN_COM_GPU_MEM_CONTAINER": "2"})[0] == 2048 - 1536
 
 
 def test_mps_caps_only_the_gpus_it_names_after_visible_gpu() -> None:
-    env = {"MEMORY_LIMIT_MB": "auto", MPS: "1=2G", "VISIBLE_GPU": "1"}
+    env = {"MEMORY_LIMIT_MB": "auto", MPS: "1=4G", "VISIBLE_GPU": "1"}
     plan = plan_with(env, 2)
-    assert plan.logical_mb == {1: (1536,)}
+    assert plan.logical_mb == {1: (4096 - 1536,)}
 
 
 MIG_A = "MIG-4b3a1f52-6a5e-5e2b-9d0f-2f4e1c0b7a11"
@@ -160,3 +162,104 @@ def test_one_slice_is_a_gpu_like_any_other() -> None:
 def test_cuda_visible_devices_decides_over_the_runtimes_list() -> None:
     env = {"CUDA_VISIBLE_DEVICES": MIG_A, "NVIDIA_VISIBLE_DEVICES": f"{MIG_A},{MIG_B}"}
     assert plan_with(env).warnings == []
+
+
+# The headroom a share keeps free beside the framework's pool, per framework (node.headroom).
+HAMI = "CUDA_DEVICE_MEMORY_LIMIT"
+
+
+def framework_cap(env: dict[str, str], framework: str) -> tuple[int | None, str]:
+    from tfboot.budget import FRAMEWORK_READS
+
+    names = None if framework == "tensorflow" else FRAMEWORK_READS
+    settings = resolve({"MEMORY_LIMIT_MB": "auto", **env}, names, framework)
+    return settings.memory_limit_mb, settings.source("MEMORY_LIMIT_MB")
+
+
+@pytest.mark.parametrize(
+    ("framework", "name", "room"),
+    [("tensorflow", "TensorFlow", 1536), ("torch", "PyTorch", 1024), ("jax", "JAX", 1024)],
+)
+@pytest.mark.parametrize(
+    "env", [{HAMI: "6144m"}, {MPS: "6G"}, {"ALIYUN_COM_GPU_MEM_CONTAINER": "6"}]
+)
+def test_each_framework_keeps_its_own_headroom(
+    env: dict[str, str], framework: str, name: str, room: int
+) -> None:
+    """At least what the H200 showed outside each pool after real work (PyTorch 694 MiB, JAX
+    626 MiB); TensorFlow's own reserve for compute capability 8.0 and later."""
+    cap, source = framework_cap(env, framework)
+    assert cap == 6144 - room
+    assert f"minus {room} MiB of headroom for {name} (" in source
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"CUDA_VISIBLE_DEVICES": "0,1"},
+        {"NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b"},
+        {"DISTRIBUTED": "slurm"},
+    ],
+)
+def test_nccl_adds_to_the_headroom_where_it_will_run(env: dict[str, str]) -> None:
+    cap, source = framework_cap({HAMI: "8192m", **env}, "torch")
+    assert cap == 8192 - 1024 - 1024
+    assert "and 1024 MiB for NCCL: " in source
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"CUDA_VISIBLE_DEVICES": "0"},
+        {"NVIDIA_VISIBLE_DEVICES": "all"},
+        {"CUDA_VISIBLE_DEVICES": "0,1", "VISIBLE_GPU": "1"},
+    ],
+)
+def test_one_gpu_needs_no_room_for_nccl(env: dict[str, str]) -> None:
+    assert framework_cap({HAMI: "8192m", **env}, "torch")[0] == 8192 - 1024
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "torch", "jax"])
+def test_memory_headroom_mb_replaces_the_figure(framework: str) -> None:
+    env = {HAMI: "8192m", "CUDA_VISIBLE_DEVICES": "0,1", "MEMORY_HEADROOM_MB": "700"}
+    cap, source = framework_cap(env, framework)
+    assert cap == 8192 - 700 and "minus 700 MiB of headroom" in source
+    assert "(MEMORY_HEADROOM_MB=700)" in source
+    assert framework_cap({**env, "MEMORY_HEADROOM_MB": "0"}, framework)[0] == 8192
+
+
+@pytest.mark.parametrize("value", ["-1", "lots", "1048577", "1.5"])
+def test_a_bad_headroom_names_the_variable(value: str) -> None:
+    text = problem_text({"MEMORY_LIMIT_MB": "auto", HAMI: "8g", "MEMORY_HEADROOM_MB": value})
+    assert f"MEMORY_HEADROOM_MB={value!r} is invalid: expected a number of MiB from 0 to" in text
+
+
+@pytest.mark.parametrize(
+    ("framework", "share", "room"), [("tensorflow", "1536m", 1536), ("torch", "1000m", 1024)]
+)
+def test_a_share_at_or_below_the_headroom_names_both(
+    framework: str, share: str, room: int
+) -> None:
+    from tfboot.budget import FRAMEWORK_READS
+
+    names = None if framework == "tensorflow" else FRAMEWORK_READS
+    with pytest.raises(ConfigError) as info:
+        resolve({"MEMORY_LIMIT_MB": "auto", HAMI: share}, names, framework)
+    text = str(info.value)
+    assert f"the share of {int(share[:-1])} MiB (HAMi {HAMI}={share}) is at or below {room} MiB" in text
+    assert "set MEMORY_HEADROOM_MB lower" in text
+
+
+def test_show_reports_each_installed_frameworks_headroom(capsys, monkeypatch) -> None:
+    """The test environment has TensorFlow, JAX and PyTorch installed."""
+    import json
+
+    from tfboot.cli import main
+
+    for name in ("MEMORY_HEADROOM_MB", "DISTRIBUTED", "CUDA_VISIBLE_DEVICES", "TFBOOT_ENV_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "GPU-a,GPU-b")
+    assert main(["show", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["headroom_mib"] == {"TensorFlow": 2560, "JAX": 2048, "PyTorch": 2048}
+    assert "NCCL" in shown["headroom_why"]["PyTorch"]

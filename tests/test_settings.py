@@ -111,28 +111,31 @@ class TestDevicePluginAuto:
             {
                 "MEMORY_LIMIT_MB": "auto",
                 "CUDA_DEVICE_MEMORY_LIMIT_0": "6144m",
-                "CUDA_DEVICE_MEMORY_LIMIT_1": "2g",
+                "CUDA_DEVICE_MEMORY_LIMIT_1": "4g",
             }
         )
-        # The share minus the headroom HAMi's hard limit needs for the CUDA context.
-        assert settings.caps_mb(0) == 5632 and settings.caps_mb(1) == 1536
-        assert settings.source("MEMORY_LIMIT_MB") == (
-            "HAMi CUDA_DEVICE_MEMORY_LIMIT_0=6144m, CUDA_DEVICE_MEMORY_LIMIT_1=2g "
-            "minus 512 MiB headroom"
+        # The share minus TensorFlow's headroom, and NCCL's: two GPUs are visible.
+        assert settings.caps_mb(0) == 6144 - 2560 and settings.caps_mb(1) == 4096 - 2560
+        assert settings.source("MEMORY_LIMIT_MB").startswith(
+            "HAMi CUDA_DEVICE_MEMORY_LIMIT_0=6144m, CUDA_DEVICE_MEMORY_LIMIT_1=4g (enforced) "
+            "minus 2560 MiB of headroom for TensorFlow"
         )
 
     def test_hami_for_all_devices(self) -> None:
         settings = resolve({"MEMORY_LIMIT_MB": "AUTO", "CUDA_DEVICE_MEMORY_LIMIT": "4096"})
-        assert settings.caps_mb(3) == 3584
+        assert settings.caps_mb(3) == 4096 - 1536
 
     def test_hami_share_too_small_for_the_headroom(self) -> None:
-        env = {"MEMORY_LIMIT_MB": "auto", "CUDA_DEVICE_MEMORY_LIMIT_0": "512m"}
-        assert "must exceed 512 MiB" in problem_text(env)
+        env = {"MEMORY_LIMIT_MB": "auto", "CUDA_DEVICE_MEMORY_LIMIT_0": "1536m"}
+        text = problem_text(env)
+        assert "the share of 1536 MiB for GPU 0 (HAMi CUDA_DEVICE_MEMORY_LIMIT_0=1536m)" in text
+        assert "is at or below 1536 MiB of headroom for TensorFlow" in text
 
     def test_gpushare_gib(self) -> None:
         settings = resolve({"MEMORY_LIMIT_MB": "auto", "ALIYUN_COM_GPU_MEM_CONTAINER": "6"})
-        assert settings.memory_limit_mb == 6144
+        assert settings.memory_limit_mb == 6144 - 1536
         assert "gpushare" in settings.source("MEMORY_LIMIT_MB")
+        assert "(advisory)" in settings.source("MEMORY_LIMIT_MB")
 
     def test_gpushare_mib_unit(self) -> None:
         env = {
@@ -140,7 +143,7 @@ class TestDevicePluginAuto:
             "ALIYUN_COM_GPU_MEM_CONTAINER": "3000",
             "ALIYUN_COM_GPU_MEM_DEV": "16160",
         }
-        assert resolve(env).memory_limit_mb == 3000
+        assert resolve(env).memory_limit_mb == 3000 - 1536
 
     def test_auto_without_a_plugin_is_an_error(self) -> None:
         text = problem_text({"MEMORY_LIMIT_MB": "auto"})

@@ -89,8 +89,16 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
     memory = memory_budget(env) if settings.host_memory == "auto" else MemoryBudget(None, "")
     from .node.versions import TENSORFLOW, installed
 
+    from .budget.release import release
+    from .node.allocator import read_allocator
+    from .node.headroom import NAMES
+    from .settings import framework_headroom
+
     version = installed("tensorflow", TENSORFLOW)  # what the installed TensorFlow can take
     found = for_tensorflow(host_memory(settings, budget, memory), version)
+    malloc = release(settings, found, read_allocator(env))
+    present = [m for m in NAMES if installed(m, TENSORFLOW if m == "tensorflow" else ())]
+    headroom = {NAMES[m]: framework_headroom(m, env, settings) for m in present}
     return {
         "settings": table,
         "cpu": {
@@ -104,8 +112,11 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
             "limit_mib": found.limit_mib,
             "limit_source": found.origin,
             "tf_data": None if found.data is None else vars(found.data),
+            "malloc": None if malloc is None else malloc.why,
             "problem": memory.problem or None,
         },
+        "headroom_mib": {name: room.mib for name, room in headroom.items()},
+        "headroom_why": {name: room.why for name, room in headroom.items()},
         "cluster": cluster,
     }
 
@@ -175,8 +186,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"; every tf.data pipeline gets {DataDefaults(**memory['tf_data']).describe()}")
     else:
         print("; tf.data keeps TensorFlow's defaults")
+    if memory["malloc"]:
+        print(f"Host memory allocator: {memory['malloc']}")
     if memory["problem"]:
         print(f"warning: {memory['problem']}")
+    for name, mib in data["headroom_mib"].items():
+        print(f"GPU headroom for {name}: {mib} MiB below a share ({data['headroom_why'][name]})")
     print("GPU-dependent decisions need TensorFlow's device list: run `tfboot doctor`.")
     if data["cluster"] is not None:
         print(f"\n{data['cluster']['line']}\nTF_CONFIG: {data['cluster']['tf_config']}")

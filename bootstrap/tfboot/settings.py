@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from .cluster import MODES, NAMES
 from .errors import ConfigError, Problem, bounded
-from .node.deviceplugin import auto_without_share, read_plugin_limit
+from .node.deviceplugin import PluginLimit, auto_without_share, read_plugin_limit
+from .node.headroom import NAMES as FRAMEWORKS
+from .node.headroom import VARIABLE as HEADROOM
+from .node.headroom import Headroom, headroom, several_gpus
 from .provenance import user_value
 from .values import digits, hide_credentials, nonblank, positive, shorten
 
@@ -114,6 +117,16 @@ def parse_memory_limit(name: str, value: str) -> int | str:
     return number
 
 
+def parse_headroom(name: str, value: str) -> int:
+    """MiB from 0 to 1 TiB: what a GPU share keeps free beside the framework's pool."""
+    number = digits(value.strip())
+    if number is None or number > MAX_MEMORY_MB:
+        raise ConfigError(
+            Problem(name, value, f"expected a number of MiB from 0 to {MAX_MEMORY_MB} such as 1024")
+        )
+    return number
+
+
 def parse_split(name: str, value: str) -> Split:
     """``N`` (1..64) logical devices per GPU, or their MiB sizes ``2048,2048,4096``."""
     accepted = (
@@ -184,6 +197,7 @@ CONTRACT: tuple[Variable, ...] = (
     Variable("MEMORY_LIMIT_MB", parse_memory_limit, f"MiB 1..{MAX_MEMORY_MB} | auto", None, "gpu"),
     Variable("VIRTUAL_SPLIT", parse_split, f"N (1..{MAX_SPLIT}) | MiB sizes a,b,...", 1, "devices"),
     Variable("MEMORY_GROWTH", parse_bool, "bool", None, "gpu"),
+    Variable(HEADROOM, parse_headroom, f"MiB 0..{MAX_MEMORY_MB}", None),
     Variable("CPU_THREADS", parse_cpu_threads, f"auto | host | 1..{MAX_CPU_THREADS}", "auto"),
     Variable(
         "HOST_MEMORY_LIMIT_MB",
@@ -191,6 +205,7 @@ CONTRACT: tuple[Variable, ...] = (
         f"auto | host | MiB 1..{MAX_HOST_MEMORY_MB}",
         "auto",
     ),
+    Variable("HOST_MEMORY_RELEASE", parse_bool, "bool", True),
     Variable("SOFT_PLACEMENT", parse_bool, "bool", None),
     Variable("LOG_DEVICE_PLACEMENT", parse_bool, "bool", None),
     Variable("XLA_JIT", parse_bool, "bool", None),
@@ -286,6 +301,9 @@ class Settings:
     memory_growth: bool | None = None
     cpu_threads: CpuThreads = "auto"
     host_memory: str | int = "auto"  # "auto", "host" or MiB
+    host_memory_release: bool = True  # glibc's malloc returns freed memory under a limit
+    # What MEMORY_LIMIT_MB=auto kept free below the device plugin's share; None: no share.
+    headroom: Headroom | None = None
     soft_placement: bool | None = None
     log_device_placement: bool | None = None
     xla_jit: bool | None = None
@@ -391,11 +409,16 @@ def _control(env: Mapping[str, str], problems: list[Problem]) -> Control:
     return Control(values[DISABLE], values[ENV_FILE], values[ON_ERROR], values[LOG])
 
 
-def resolve(env: Mapping[str, str] | None = None, names: Collection[str] | None = None) -> Settings:
+def resolve(
+    env: Mapping[str, str] | None = None,
+    names: Collection[str] | None = None,
+    framework: str = "tensorflow",
+) -> Settings:
     """Validate the contract in one pass; raise one ``ConfigError`` listing every problem.
 
     ``names``: the contract variables to read, None for all (JAX and PyTorch read those
-    they apply or refuse; the others keep their defaults and are not checked). The
+    they apply or refuse; the others keep their defaults and are not checked);
+    ``framework``: the module whose headroom ``MEMORY_LIMIT_MB=auto`` keeps. The
     ``TFBOOT_ENV_FILE`` file is read once; with every variable read and ``DISTRIBUTED``
     other than ``off`` the cluster variables are parsed too (``Settings.cluster``).
     """
@@ -422,13 +445,17 @@ def resolve(env: Mapping[str, str] | None = None, names: Collection[str] | None 
                 problems += exc.problems
 
     per_gpu: dict[int, int] = {}
+    room = None
     if values.get("MEMORY_LIMIT_MB") == "auto":
         before = len(problems)
         limit = read_plugin_limit(env, problems)
-        values["MEMORY_LIMIT_MB"] = None if limit is None else limit.default
+        values["MEMORY_LIMIT_MB"] = None
         if limit is not None:
-            per_gpu = limit.per_gpu
-            given["MEMORY_LIMIT_MB"] = (given["MEMORY_LIMIT_MB"][0], limit.source)
+            room = _headroom(framework, env, values, given, len(limit.per_gpu))
+            values["MEMORY_LIMIT_MB"], per_gpu = _caps(limit, room, framework, problems)
+            how = "enforced" if limit.enforced else "advisory"
+            source = f"{limit.source} ({how}) minus {room.shown(FRAMEWORKS.get(framework, framework))}"
+            given["MEMORY_LIMIT_MB"] = (given["MEMORY_LIMIT_MB"][0], source)
         elif len(problems) == before:  # else a plugin variable is invalid, and says so
             missing, hint = auto_without_share(env)
             problems.append(Problem("MEMORY_LIMIT_MB", given["MEMORY_LIMIT_MB"][0], missing, hint))
@@ -452,6 +479,8 @@ def resolve(env: Mapping[str, str] | None = None, names: Collection[str] | None 
         memory_growth=values["MEMORY_GROWTH"],
         cpu_threads=values["CPU_THREADS"],
         host_memory=values["HOST_MEMORY_LIMIT_MB"],
+        host_memory_release=values["HOST_MEMORY_RELEASE"],
+        headroom=room,
         soft_placement=values["SOFT_PLACEMENT"],
         log_device_placement=values["LOG_DEVICE_PLACEMENT"],
         xla_jit=values["XLA_JIT"],
@@ -463,6 +492,63 @@ def resolve(env: Mapping[str, str] | None = None, names: Collection[str] | None 
         cluster=cluster,
         given=given,
     )
+
+
+def _headroom(
+    framework: str,
+    env: Mapping[str, str],
+    values: Mapping[str, Any],
+    given: Mapping[str, tuple[str, str]],
+    shares: int = 0,
+) -> Headroom:
+    """What ``framework`` keeps free below a share: ``MEMORY_HEADROOM_MB``, else its own
+    figure, with NCCL's where NCCL will run (a cluster, or several GPUs visible; ``shares``:
+    the GPUs a share names one by one)."""
+    if isinstance(values.get(HEADROOM), int):
+        return headroom(framework, given=(values[HEADROOM], f"{HEADROOM}={given[HEADROOM][0]}"))
+    visible = values.get("VISIBLE_GPU")
+    nccl = ""
+    if values.get("DISTRIBUTED", "off") != "off":
+        nccl = f"DISTRIBUTED={given['DISTRIBUTED'][0]}"
+    elif (visible is None or len(visible) > 1) and several_gpus(env, shares):
+        nccl = "several GPUs visible"
+    return headroom(framework, nccl)
+
+
+def framework_headroom(framework: str, env: Mapping[str, str], settings: Settings) -> Headroom:
+    """The headroom ``framework`` keeps below a share in this environment (``tfboot show``)."""
+    values = {
+        HEADROOM: parse_variable(env, HEADROOM) if HEADROOM in settings.given else None,
+        "VISIBLE_GPU": settings.visible_gpu,
+        "DISTRIBUTED": settings.distributed,
+    }
+    return _headroom(framework, env, values, settings.given, len(settings.memory_limit_per_gpu))
+
+
+def _caps(
+    limit: PluginLimit, room: Headroom, framework: str, problems: list[Problem]
+) -> tuple[int | None, dict[int, int]]:
+    """The caps a share leaves the framework's pool: the share minus the headroom. A share
+    at or below the headroom is a problem naming both."""
+    name = FRAMEWORKS.get(framework, framework)
+
+    def cap(share: int | None, where: str) -> int | None:
+        if share is None or share > room.mib:
+            return None if share is None else share - room.mib
+        problems.append(
+            Problem(
+                "MEMORY_LIMIT_MB",
+                "auto",
+                f"the share of {share} MiB{where} ({limit.source}) is at or below "
+                f"{room.shown(name)}: nothing would be left for {name}'s pool",
+                f"ask for a larger share, set {HEADROOM} lower, or set MEMORY_LIMIT_MB to a "
+                "number",
+            )
+        )
+        return None
+
+    per_gpu = {i: cap(share, f" for GPU {i}") for i, share in sorted(limit.per_gpu.items())}
+    return cap(limit.default, ""), {i: c for i, c in per_gpu.items() if c is not None}
 
 
 def _cross_checks(

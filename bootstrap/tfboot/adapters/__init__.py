@@ -38,6 +38,7 @@ from ..settings import Settings
 from ..values import shorten
 
 if TYPE_CHECKING:
+    from ..budget import Budget
     from ..budget.hostmemory import HostMemory
     from ..cluster.plan import ClusterPlan
 
@@ -209,3 +210,14 @@ class Plan:
         """Raise the refusals and contradictions found, all together."""
         if self.problems:
             raise ConfigError(self.problems)
+
+
+def release_memory(plan: Plan, budget: Budget) -> None:
+    """Under a host-memory budget, the allocator setting that returns freed memory to the
+    kernel (``budget.release``): a decision, and the patch that makes it."""
+    found = budget.release()
+    if found is None:
+        return
+    plan.decisions.append(found.why)
+    if found.options:
+        plan.calls.append(Patch("malloc", (found.options,), found.why))

@@ -39,7 +39,7 @@ from ..node.xlaflags import flag as xla_flag_text
 from ..node.xlaflags import value as xla_flag
 from ..provenance import user_value
 from ..settings import Settings
-from . import Call, Patch, Peak, Plan, Read
+from . import Call, Patch, Peak, Plan, Read, release_memory
 
 MODULE = "jax"
 NAME = NAMES[MODULE]
@@ -148,6 +148,7 @@ def plan_jax(budget: Budget, totals: tuple[int, ...], narrowed: bool = False,
             why = settings.shown("VIRTUAL_SPLIT")
             plan.decisions.append(f"{count} CPU devices via {how} ({why}, no GPU)")
     plan.warnings += budget.threads(NAME).warnings
+    release_memory(plan, budget)
     plan.check()
     return plan
 

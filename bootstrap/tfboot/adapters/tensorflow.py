@@ -23,7 +23,7 @@ from ..node.nccl import measure, why_needed
 from ..node.versions import TENSORFLOW, parse
 from ..node.xla import Toolchain, pip_toolchain, plan_toolchain
 from ..provenance import user_value
-from . import Call, Item, New, Patch, Peak, Plan, Read
+from . import Call, Item, New, Patch, Peak, Plan, Read, release_memory
 
 MODULE = "tensorflow"
 NAME = NAMES[MODULE]
@@ -137,6 +137,7 @@ def make_plan(budget: Budget, gpu_count: int, facts: Mapping[str, Any] | None = 
         if value is not None:
             plan.calls.append(Call(target, (value,), settings.shown(name), shown))
     data = _host_memory(plan, budget, facts.get("data_hook", True), facts.get("version"))
+    release_memory(plan, budget)
     toolchain: Toolchain | None = facts.get("toolchain")
     if toolchain is not None:
         _toolchain(plan, toolchain)

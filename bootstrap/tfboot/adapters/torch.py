@@ -27,7 +27,7 @@ from ..node.cuda import CUDA_VISIBLE, cuda_devices
 from ..node.nvml import read_inventory
 from ..provenance import user_value
 from ..settings import Settings
-from . import Call, Patch, Peak, Plan, Read
+from . import Call, Patch, Peak, Plan, Read, release_memory
 
 MODULE = "torch"
 NAME = NAMES[MODULE]
@@ -127,6 +127,7 @@ def plan_torch(budget: Budget, devices: list[str]) -> Plan:
             )
         plan.decisions.append(f"inter-op threads {threads.count} ({threads.why})")
         plan.calls.append(_threads("set_num_interop_threads", threads.count, plan.decisions[-1]))
+    release_memory(plan, budget)
     if caps is not None:
         plan.calls.append(caps)  # queued for CUDA's start, after the pools are sized
     plan.check()

@@ -3,7 +3,8 @@
 A ``Budget`` holds the validated settings, what the node gives (the CPU quota, the
 memory limit) and the framework's role in the process; from them it decides the thread
 count, the host-memory budget, the GPUs and caps for a framework's device list, and the
-cluster, each with its reason. Pure apart from reading the node's cgroup files once.
+cluster, each with its reason. Pure apart from reading the node's cgroup files once, and
+the process's allocator when its setting is asked for.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..node.allocator import read_allocator
 from ..node.cpu import CpuBudget, cpu_budget
 from ..node.hostmem import MemoryBudget, memory_budget
 from ..settings import Settings
 from .gpus import Gpus, gpu_budget
 from .hostmemory import HostMemory, host_memory
+from .release import Release, release
 from .roles import RUNS_MODEL, Role
 from .threads import Threads, thread_budget
 
@@ -25,15 +28,18 @@ if TYPE_CHECKING:
 
 NO_LIMIT = MemoryBudget(None, "")
 # What the frameworks beside TensorFlow (JAX, PyTorch) read: the device budget, and what
-# they must refuse by name. MIXED_PRECISION is Keras's, HOST_MEMORY_LIMIT_MB tf.data's,
-# LOADER_GPU TensorFlow's.
+# they must refuse by name, and the host-memory budget their allocator gets. MIXED_PRECISION
+# is Keras's, LOADER_GPU TensorFlow's.
 FRAMEWORK_READS = frozenset(
     {
         "VISIBLE_GPU",
         "MEMORY_LIMIT_MB",
         "VIRTUAL_SPLIT",
         "MEMORY_GROWTH",
+        "MEMORY_HEADROOM_MB",
         "CPU_THREADS",
+        "HOST_MEMORY_LIMIT_MB",
+        "HOST_MEMORY_RELEASE",
         "REQUIRE_GPU",
         "SOFT_PLACEMENT",
         "LOG_DEVICE_PLACEMENT",
@@ -60,6 +66,10 @@ class Budget:
     def host(self) -> HostMemory:
         """The host-memory limit in force and tf.data's defaults."""
         return host_memory(self.settings, self.cpu, self.memory)
+
+    def release(self) -> Release | None:
+        """The allocator setting that returns freed memory under the host-memory limit."""
+        return release(self.settings, self.host(), read_allocator(self.env))
 
     def gpus(self, count: int, lists: str) -> Gpus:
         """The visible GPUs of ``count`` listed, and their caps (``lists``: who lists them)."""

@@ -201,7 +201,7 @@ def _budget(adapter: Any, name: str, env: Mapping[str, str], role: Role) -> Budg
     checked = _checked.pop(name, None)
     if checked is not None and checked[0] == env:
         return checked[1]
-    return make_budget(resolve(env, adapter.READS), env, role)
+    return make_budget(resolve(env, adapter.READS, adapter.MODULE), env, role)
 
 
 def _merge(

@@ -78,6 +78,25 @@ def torch_caps(torch: ModuleType, caps: dict[int, int], given: str) -> str | Non
     return f"torch.cuda.set_per_process_memory_fraction when CUDA starts: {caps} MiB"
 
 
+_mallopt_done: list[str] = []  # what mallopt set in this process (a forked child inherits it)
+
+
+def malloc(_module: ModuleType, options: tuple[tuple[int, int, str], ...]) -> str | None:
+    """glibc's ``mallopt`` for each option, once per process (the first framework's)."""
+    if _mallopt_done:
+        return None
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return "mallopt not found: malloc left alone"
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    done = [f"{name}={value}" for parameter, value, name in options if mallopt(parameter, value)]
+    _mallopt_done.extend(done or ["refused"])
+    return f"mallopt {', '.join(done)}" if done else "mallopt refused every option"
+
+
 def peer_watcher(
     _tf: ModuleType,
     peers: Any,
@@ -99,5 +118,6 @@ PATCHES: dict[str, Callable[..., str | None]] = {
     "tf.data defaults": tf_data_defaults,
     "jax cpu pool": jax_cpu_pool,
     "torch caps": torch_caps,
+    "malloc": malloc,
     "peer watcher": peer_watcher,
 }

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import Problem
+from .headroom import headroom_table
 from ..values import digits, quote
 
 HAMI_ALL = "CUDA_DEVICE_MEMORY_LIMIT"
@@ -47,17 +48,17 @@ _QUANTITY = re.compile(r"^\s*([0-9]+)\s*([a-z]*)\s*$", re.IGNORECASE)
 _MAX_MIB = 1 << 20
 # No GPU has 512 GiB or more; a gpushare device total above this is in MiB.
 _MAX_GIB = 512
-# What a hard share must keep free beside TensorFlow's cap (CUDA context, cuDNN, cuBLAS).
-HARD_HEADROOM_MB = 512
 
 
 @dataclass(frozen=True)
 class PluginLimit:
-    """Caps in MiB: one for every GPU (``default``) and/or per GPU index."""
+    """Shares in MiB: one for every GPU (``default``) and/or per GPU index; ``enforced``:
+    something below the framework refuses memory past the share (else it is advisory)."""
 
     default: int | None = None
     per_gpu: dict[int, int] = field(default_factory=dict)
     source: str = ""
+    enforced: bool = True
 
 
 def _mib(variable: str, value: str, problems: list[Problem]) -> int | None:
@@ -77,24 +78,6 @@ def _mib(variable: str, value: str, problems: list[Problem]) -> int | None:
     return mib
 
 
-def _hard_cap(variable: str, value: str, problems: list[Problem]) -> int | None:
-    """A hard share (HAMi, MPS) minus the headroom the CUDA context needs beside the cap."""
-    share = _mib(variable, value, problems)
-    if share is not None and share <= HARD_HEADROOM_MB:
-        what = "an MPS limit" if variable == MPS else "a HAMi share"
-        problems.append(
-            Problem(
-                variable,
-                value,
-                f"{what} must exceed {HARD_HEADROOM_MB} MiB, "
-                "the headroom MEMORY_LIMIT_MB=auto keeps for the CUDA context",
-                "ask for a larger share, or set MEMORY_LIMIT_MB to a number",
-            )
-        )
-        return None
-    return None if share is None else share - HARD_HEADROOM_MB
-
-
 def _hami(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
     """HAMi's caps: ``CUDA_DEVICE_MEMORY_LIMIT`` for every GPU, ``..._<i>`` per GPU."""
     per_gpu: dict[int, int] = {}
@@ -103,14 +86,14 @@ def _hami(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None
         suffix = name[len(HAMI_PREFIX) :]
         if name.startswith(HAMI_PREFIX) and suffix.isascii() and suffix.isdigit():
             names.append(f"{name}={value}")
-            mib = _hard_cap(name, value, problems)
+            mib = _mib(name, value, problems)
             index = digits(suffix)
             if mib is not None and index is not None:
                 per_gpu[index] = mib
     if not names:
         return None
-    default = _hard_cap(HAMI_ALL, env[HAMI_ALL], problems) if HAMI_ALL in env else None
-    source = f"HAMi {', '.join(names)} minus {HARD_HEADROOM_MB} MiB headroom"
+    default = _mib(HAMI_ALL, env[HAMI_ALL], problems) if HAMI_ALL in env else None
+    source = f"HAMi {', '.join(names)}"
     return PluginLimit(default, per_gpu, source)
 
 
@@ -122,10 +105,10 @@ def _mps(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
     value = env.get(MPS)
     if value is None or not value.strip():
         return None
-    source = f"MPS {MPS}={value.strip()} minus {HARD_HEADROOM_MB} MiB headroom"
+    source = f"MPS {MPS}={value.strip()}"
     parts = [part.strip() for part in value.split(",")]
     if len(parts) == 1 and "=" not in parts[0]:
-        cap = _hard_cap(MPS, parts[0], problems)
+        cap = _mib(MPS, parts[0], problems)
         return None if cap is None else PluginLimit(cap, {}, source)
     per_gpu: dict[int, int] = {}
     for part in parts:
@@ -136,7 +119,7 @@ def _mps(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
             problems.append(Problem(MPS, value, MPS_ACCEPTED, why))
             return None
         found: list[Problem] = []
-        cap = _hard_cap(MPS, amount, found)
+        cap = _mib(MPS, amount, found)
         if cap is None:  # name the whole value, and which device's amount is wrong
             problems += [Problem(MPS, value, f"device {index}: {p.accepted}") for p in found]
             return None
@@ -170,7 +153,7 @@ def _gpushare(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | 
             Problem(GPUSHARE, env[GPUSHARE], f"expected a positive integer ({unit}), at most 1 TiB")
         )
         return None
-    return PluginLimit(mib, {}, f"gpushare {GPUSHARE}={value} {unit}")
+    return PluginLimit(mib, {}, f"gpushare {GPUSHARE}={value} {unit}", enforced=False)
 
 
 @dataclass(frozen=True)
@@ -247,10 +230,9 @@ def auto_without_share(env: Mapping[str, str]) -> tuple[str, str]:
         f"{missing}. MPS is there ({MPS_PIPE}={quote(pipe)}); its memory limit is not "
         "visible in the container: NVIDIA's DRA driver and device plugin set it on the MPS "
         "control daemon",
-        f"looked for {looked_for()}; set MEMORY_LIMIT_MB to the claim's "
-        f"defaultPinnedDeviceMemoryLimit in MiB minus {HARD_HEADROOM_MB} MiB of headroom for "
-        f"the CUDA context (10Gi gives {10 * 1024 - HARD_HEADROOM_MB}), or set {MPS} to that "
-        "limit (such as 10G) and keep auto",
+        f"looked for {looked_for()}; set {MPS} to the claim's defaultPinnedDeviceMemoryLimit "
+        "(such as 10G) and keep auto, or set MEMORY_LIMIT_MB to that limit in MiB minus the "
+        f"framework's headroom ({headroom_table()})",
     )
 
 
