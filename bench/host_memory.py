@@ -19,7 +19,11 @@ Cases, each in a fresh container, alternating within each round:
 - ``TF default, 64-core 512 GiB node (emulated)``: what TensorFlow picks on a big node,
   set explicitly in the pipeline's options (a 256 GiB RAM budget, a CPU budget of 64,
   initial parallelism 16) and 64 threads per pool, tfboot disabled;
-- ``tfboot auto``: nothing set; tfboot reads the limits;
+- ``tfboot auto``: nothing set; tfboot reads the limits, and fixes glibc's mmap threshold
+  so that freed elements go back to the kernel;
+- ``tfboot auto, malloc left alone``: the same budgets, glibc's malloc as it is
+  (``HOST_MEMORY_RELEASE=false``): the allocator setting's share of the outcome, and its
+  cost in steps/s, side by side;
 - ``hand-tuned ...``: the pipeline's own options, chosen by hand for this container.
 
 Reported per case: finished or OOMKilled, peak memory of the container's cgroup
@@ -125,6 +129,7 @@ print(json.dumps({"times": timer.times, "peak_mib": peak(), "working_set_mib": h
 
 BIG_NODE = "TF default, 64-core 512 GiB node (emulated)"
 AUTO = "tfboot auto"
+KEPT = "tfboot auto, malloc left alone (HOST_MEMORY_RELEASE=false)"
 OFF = {"TFBOOT_DISABLE": "1"}
 
 
@@ -140,6 +145,7 @@ def cases(args: argparse.Namespace) -> dict[str, dict[str, str]]:
             "TF_NUM_INTEROP_THREADS": "64",
         },
         AUTO: {},
+        KEPT: {"HOST_MEMORY_RELEASE": "false"},
     }
     for budget in args.hand_budgets:
         options = {"ram_budget": budget * 2**20, "cpu_budget": int(args.cpus + 0.999)}

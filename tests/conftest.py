@@ -8,7 +8,12 @@ other marker here; other slow tests carry ``@pytest.mark.slow`` themselves (meas
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
+from support import unavailable
 
 SLOW_BY_NATURE = ("docker", "simgpu", "multiworker", "nightly", "slurm")
 
@@ -17,3 +22,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if any(item.get_closest_marker(name) for name in SLOW_BY_NATURE):
             item.add_marker(pytest.mark.slow)
+
+
+NVML_SOURCE = Path(__file__).parent / "frameworks" / "fake_nvml" / "nvml.c"
+
+
+@pytest.fixture(scope="session")
+def nvml_library(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The NVML stand-in (no NVIDIA driver exists here), built once: the path to load it
+    from (``TFBOOT_NVML_LIBRARY``); its GPUs come from ``FAKE_NVML_MIB``."""
+    if shutil.which("gcc") is None:
+        unavailable("gcc is needed to build the NVML stand-in")
+    built = tmp_path_factory.mktemp("nvml") / "libnvidia-ml-fake.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(built), str(NVML_SOURCE)], check=True)
+    return str(built)

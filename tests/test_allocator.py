@@ -15,7 +15,7 @@ import pytest
 from support import decision, problem_text, run_python, tf_plan
 from tfboot import resolve
 from tfboot.budget.hostmemory import host_memory
-from tfboot.budget.release import M_MMAP_THRESHOLD, MMAP_THRESHOLD, release
+from tfboot.budget.malloc import M_MMAP_THRESHOLD, MMAP_THRESHOLD, release
 from tfboot.node.allocator import Allocator, read_allocator
 from tfboot.node.cpu import CpuBudget
 from tfboot.node.hostmem import MemoryBudget
@@ -89,7 +89,8 @@ def test_no_budget_no_change(env: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     ("env", "allocator", "why"),
     [
-        ({"HOST_MEMORY_RELEASE": "off"}, GLIBC, "malloc left alone (HOST_MEMORY_RELEASE=off (env))"),
+        ({"HOST_MEMORY_RELEASE": "off"}, GLIBC,
+         "malloc left alone (HOST_MEMORY_RELEASE=off (env))"),
         ({}, Allocator("2.36", chosen=("MALLOC_ARENA_MAX=2",)),
          "malloc left to the user's MALLOC_ARENA_MAX=2"),
         ({}, Allocator("2.36", other="jemalloc (LD_PRELOAD)"),

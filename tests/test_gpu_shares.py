@@ -237,16 +237,17 @@ def test_a_bad_headroom_names_the_variable(value: str) -> None:
 @pytest.mark.parametrize(
     ("framework", "share", "room"), [("tensorflow", "1536m", 1536), ("torch", "1000m", 1024)]
 )
-def test_a_share_at_or_below_the_headroom_names_both(
-    framework: str, share: str, room: int
-) -> None:
+def test_a_share_at_or_below_the_headroom_names_both(framework: str, share: str, room: int) -> None:
     from tfboot.budget import FRAMEWORK_READS
 
     names = None if framework == "tensorflow" else FRAMEWORK_READS
     with pytest.raises(ConfigError) as info:
         resolve({"MEMORY_LIMIT_MB": "auto", HAMI: share}, names, framework)
     text = str(info.value)
-    assert f"the share of {int(share[:-1])} MiB (HAMi {HAMI}={share}) is at or below {room} MiB" in text
+    assert (
+        f"the share of {int(share[:-1])} MiB (HAMi {HAMI}={share}) is at or below {room} MiB"
+        in text
+    )
     assert "set MEMORY_HEADROOM_MB lower" in text
 
 
@@ -263,3 +264,58 @@ def test_show_reports_each_installed_frameworks_headroom(capsys, monkeypatch) ->
     shown = json.loads(capsys.readouterr().out)
     assert shown["headroom_mib"] == {"TensorFlow": 2560, "JAX": 2048, "PyTorch": 2048}
     assert "NCCL" in shown["headroom_why"]["PyTorch"]
+
+
+# KAI Scheduler's shares (node.deviceplugin): nvfractions' enforced NVIDIA_GPU_MEMORY_LIMITS,
+# and gpusharing's advisory GPU_PORTION of the GPU's memory, whose total the NVML stand-in
+# gives (no NVIDIA driver here).
+KAI = "NVIDIA_GPU_MEMORY_LIMITS"
+
+
+@pytest.mark.parametrize(
+    ("value", "default", "per_gpu"),
+    [("8192", 8192 - 1536, {}), ("8192,6144", None, {0: 8192 - 2560, 1: 6144 - 2560})],
+)
+def test_kai_memory_limits_are_an_enforced_share(
+    value: str, default: int | None, per_gpu: dict[int, int]
+) -> None:
+    limit, found, source = caps({KAI: value})
+    assert (limit, found) == (default, per_gpu)
+    assert source.startswith(f"KAI {KAI}={value} (enforced) minus ")
+
+
+@pytest.mark.parametrize("value", ["0", "lots", "6g", "8192,", "-1"])
+def test_bad_kai_limits_name_the_variable(value: str) -> None:
+    text = problem_text({"MEMORY_LIMIT_MB": "auto", KAI: value})
+    assert f"{KAI}={value!r} is invalid: expected MiB such as 6144" in text
+
+
+def test_kai_limits_beat_an_advisory_portion(nvml_library: str) -> None:
+    env = {KAI: "8192", "GPU_PORTION": "0.50", "TFBOOT_NVML_LIBRARY": nvml_library}
+    assert caps(env)[0] == 8192 - 1536
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "torch"])
+def test_kai_portion_is_a_share_of_nvmls_total(
+    nvml_library: str, monkeypatch: pytest.MonkeyPatch, framework: str
+) -> None:
+    monkeypatch.setenv("FAKE_NVML_MIB", "81559:0")  # read by the stand-in itself
+    env = {"GPU_PORTION": "0.25", "TFBOOT_NVML_LIBRARY": nvml_library}
+    cap, source = framework_cap(env, framework)
+    room = 1536 if framework == "tensorflow" else 1024
+    assert cap == 81559 // 4 - room
+    assert source.startswith("KAI GPU_PORTION=0.25 of [81559] MiB (advisory) minus ")
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "half", "-0.5", ".5."])
+def test_a_bad_portion_names_the_variable(nvml_library: str, value: str) -> None:
+    env = {"MEMORY_LIMIT_MB": "auto", "GPU_PORTION": value, "TFBOOT_NVML_LIBRARY": nvml_library}
+    assert f"GPU_PORTION={value!r} is invalid: expected a fraction above 0" in problem_text(env)
+
+
+def test_a_portion_without_nvml_says_so(tmp_path) -> None:
+    env = {"MEMORY_LIMIT_MB": "auto", "GPU_PORTION": "0.50",
+           "TFBOOT_NVML_LIBRARY": str(tmp_path / "none.so")}  # fmt: skip
+    text = problem_text(env)
+    assert "GPU_PORTION='0.50' is invalid: a portion of each GPU's memory" in text
+    assert "set MEMORY_LIMIT_MB to a number of MiB" in text

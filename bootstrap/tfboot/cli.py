@@ -87,11 +87,10 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
         table.update({name: cluster["given"].get(name, unset) for name in NAMES})
     budget = cpu_budget(env)
     memory = memory_budget(env) if settings.host_memory == "auto" else MemoryBudget(None, "")
-    from .node.versions import TENSORFLOW, installed
-
-    from .budget.release import release
+    from .budget.malloc import release
     from .node.allocator import read_allocator
     from .node.headroom import NAMES
+    from .node.versions import TENSORFLOW, installed
     from .settings import framework_headroom
 
     version = installed("tensorflow", TENSORFLOW)  # what the installed TensorFlow can take

@@ -454,7 +454,9 @@ def resolve(
             room = _headroom(framework, env, values, given, len(limit.per_gpu))
             values["MEMORY_LIMIT_MB"], per_gpu = _caps(limit, room, framework, problems)
             how = "enforced" if limit.enforced else "advisory"
-            source = f"{limit.source} ({how}) minus {room.shown(FRAMEWORKS.get(framework, framework))}"
+            source = (
+                f"{limit.source} ({how}) minus {room.shown(FRAMEWORKS.get(framework, framework))}"
+            )
             given["MEMORY_LIMIT_MB"] = (given["MEMORY_LIMIT_MB"][0], source)
         elif len(problems) == before:  # else a plugin variable is invalid, and says so
             missing, hint = auto_without_share(env)
@@ -541,8 +543,7 @@ def _caps(
                 "auto",
                 f"the share of {share} MiB{where} ({limit.source}) is at or below "
                 f"{room.shown(name)}: nothing would be left for {name}'s pool",
-                f"ask for a larger share, set {HEADROOM} lower, or set MEMORY_LIMIT_MB to a "
-                "number",
+                f"ask for a larger share, set {HEADROOM} lower, or set MEMORY_LIMIT_MB to a number",
             )
         )
         return None

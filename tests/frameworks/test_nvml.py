@@ -7,24 +7,15 @@ library is read on a GPU node by ``tfboot selftest --framework jax|torch`` (docs
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from support import unavailable
 from tfboot.node.nvml import LIBRARY_ENV, process_memory, read_inventory
 
-SOURCE = Path(__file__).parent / "fake_nvml" / "nvml.c"
 
-
-@pytest.fixture(scope="module")
-def library(tmp_path_factory: pytest.TempPathFactory) -> str:
-    if shutil.which("gcc") is None:
-        unavailable("gcc is needed to build the NVML stand-in")
-    built = tmp_path_factory.mktemp("nvml") / "libnvidia-ml-fake.so"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(built), str(SOURCE)], check=True)
-    return str(built)
+@pytest.fixture
+def library(nvml_library: str) -> str:
+    return nvml_library
 
 
 def test_totals_and_used_in_nvml_s_order(library: str, monkeypatch: pytest.MonkeyPatch) -> None:

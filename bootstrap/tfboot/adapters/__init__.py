@@ -123,6 +123,7 @@ class Plan:
     # The cap of each device as the framework numbers it (logical GPUs, CUDA ordinals).
     device_caps: dict[int, int] = field(default_factory=dict)
     host: HostMemory | None = None
+    malloc: str = ""  # what the allocator got under the host-memory budget, and why
     cluster: ClusterPlan | None = None
 
     @property
@@ -219,5 +220,6 @@ def release_memory(plan: Plan, budget: Budget) -> None:
     if found is None:
         return
     plan.decisions.append(found.why)
+    plan.malloc = found.why
     if found.options:
         plan.calls.append(Patch("malloc", (found.options,), found.why))

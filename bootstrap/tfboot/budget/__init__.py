@@ -19,7 +19,7 @@ from ..node.hostmem import MemoryBudget, memory_budget
 from ..settings import Settings
 from .gpus import Gpus, gpu_budget
 from .hostmemory import HostMemory, host_memory
-from .release import Release, release
+from .malloc import Release, release
 from .roles import RUNS_MODEL, Role
 from .threads import Threads, thread_budget
 

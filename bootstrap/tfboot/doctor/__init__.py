@@ -16,6 +16,7 @@ from ..adapters.tensorflow import INTER_ENV, INTRA_ENV
 from ..budget.hostmemory import DataDefaults
 from ..errors import ConfigError
 from ..executor import apply, last_result
+from ..executor.patches import mallopt_done
 from ..executor.result import Result
 from ..node.cpu import cpu_budget
 from ..node.hostmem import PINNED_ENV, memory_budget
@@ -115,6 +116,8 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
         "cgroup_source": memory.source or None,
         "tf_data": vars(host.data) if host and host.data else None,
         "pinned_mib": os.environ.get(PINNED_ENV),
+        "malloc": (plan.malloc or None) if plan else None,
+        "mallopt": list(mallopt_done),
         "problem": memory.problem or None,
     }
     gpus = len(physical["GPU"])
@@ -189,6 +192,9 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"  tf.data defaults: {DataDefaults(**host['tf_data']).describe()}")
     if host["pinned_mib"]:
         lines.append(f"  pinned host memory: {host['pinned_mib']} MiB ({PINNED_ENV})")
+    if host.get("malloc"):
+        done = ", ".join(host.get("mallopt") or []) or "nothing set"
+        lines.append(f"  allocator: {host['malloc']} [in this process: {done}]")
     if host["problem"]:
         lines.append(f"  {host['problem']}")
     nccl = report["nccl"]

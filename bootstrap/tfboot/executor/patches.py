@@ -78,12 +78,12 @@ def torch_caps(torch: ModuleType, caps: dict[int, int], given: str) -> str | Non
     return f"torch.cuda.set_per_process_memory_fraction when CUDA starts: {caps} MiB"
 
 
-_mallopt_done: list[str] = []  # what mallopt set in this process (a forked child inherits it)
+mallopt_done: list[str] = []  # what mallopt set in this process (a forked child inherits it)
 
 
 def malloc(_module: ModuleType, options: tuple[tuple[int, int, str], ...]) -> str | None:
     """glibc's ``mallopt`` for each option, once per process (the first framework's)."""
-    if _mallopt_done:
+    if mallopt_done:
         return None
     import ctypes
 
@@ -93,7 +93,7 @@ def malloc(_module: ModuleType, options: tuple[tuple[int, int, str], ...]) -> st
         return "mallopt not found: malloc left alone"
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     done = [f"{name}={value}" for parameter, value, name in options if mallopt(parameter, value)]
-    _mallopt_done.extend(done or ["refused"])
+    mallopt_done.extend(done or ["refused"])
     return f"mallopt {', '.join(done)}" if done else "mallopt refused every option"
 
 

@@ -26,14 +26,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..errors import Problem
-from .headroom import headroom_table
 from ..values import digits, quote
+from .headroom import headroom_table
+from .nvml import read_inventory
 
 HAMI_ALL = "CUDA_DEVICE_MEMORY_LIMIT"
 HAMI_PREFIX = "CUDA_DEVICE_MEMORY_LIMIT_"
 GPUSHARE = "ALIYUN_COM_GPU_MEM_CONTAINER"
 GPUSHARE_DEVICE = "ALIYUN_COM_GPU_MEM_DEV"
 MPS = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+# KAI Scheduler's shares: nvfractions' enforced limit (MiB), gpusharing's advisory portion.
+KAI_LIMITS = "NVIDIA_GPU_MEMORY_LIMITS"
+KAI_PORTION = "GPU_PORTION"
+KAI_ACCEPTED = "expected MiB such as 6144, or one amount per GPU such as 6144,6144"
 # Where MPS clients find the control daemon: set wherever MPS is, its limit or not.
 MPS_PIPE = "CUDA_MPS_PIPE_DIRECTORY"
 MPS_ACCEPTED = (
@@ -156,6 +161,55 @@ def _gpushare(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | 
     return PluginLimit(mib, {}, f"gpushare {GPUSHARE}={value} {unit}", enforced=False)
 
 
+def _kai_limits(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
+    """KAI's enforced share (``nvfractions``): ``NVIDIA_GPU_MEMORY_LIMITS`` in MiB, one
+    amount, or one per visible GPU in their order; NVML memory limits enforce it."""
+    value = env.get(KAI_LIMITS, "").strip()
+    if not value:
+        return None
+    amounts = [digits(part.strip()) for part in value.split(",")]
+    if any(not amount or amount > _MAX_MIB for amount in amounts):
+        problems.append(Problem(KAI_LIMITS, env[KAI_LIMITS], KAI_ACCEPTED))
+        return None
+    mibs = [amount for amount in amounts if amount]
+    source = f"KAI {KAI_LIMITS}={value}"
+    if len(mibs) == 1:
+        return PluginLimit(mibs[0], {}, source)
+    return PluginLimit(None, dict(enumerate(mibs)), source)
+
+
+def _kai_portion(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
+    """KAI's advisory share (``gpusharing``): ``GPU_PORTION`` of each GPU's memory, whose
+    total NVML gives (nothing enforces it)."""
+    value = env.get(KAI_PORTION, "").strip()
+    if not value:
+        return None
+    portion = _fraction(value)
+    if portion is None:
+        problems.append(Problem(KAI_PORTION, env[KAI_PORTION], "expected a fraction above 0 "
+                                "and at most 1, such as 0.50"))  # fmt: skip
+        return None
+    inventory = read_inventory(env)
+    if not inventory.totals:
+        why = inventory.problem or "NVML lists no GPU here"
+        problems.append(Problem(KAI_PORTION, value, f"a portion of each GPU's memory, but {why}",
+                                "set MEMORY_LIMIT_MB to a number of MiB"))  # fmt: skip
+        return None
+    shares = {i: int(total * portion) >> 20 for i, total in enumerate(inventory.totals)}
+    source = f"KAI {KAI_PORTION}={value} of {sorted(set(t >> 20 for t in inventory.totals))} MiB"
+    if len(set(shares.values())) == 1:
+        return PluginLimit(shares[0], {}, source, enforced=False)
+    return PluginLimit(None, shares, source, enforced=False)
+
+
+def _fraction(value: str) -> float | None:
+    """A fraction above 0 and at most 1, written as a plain decimal ("0.50")."""
+    if not re.fullmatch(r"[0-9]*\.?[0-9]+", value):
+        return None
+    found = float(value)
+    return found if 0 < found <= 1 else None
+
+
 @dataclass(frozen=True)
 class Plugin:
     """One GPU-sharing device plugin: what it sets in the container, and what grants it."""
@@ -183,6 +237,7 @@ PLUGINS: tuple[Plugin, ...] = (
         grant_env=lambda count, mib: {f"{HAMI_PREFIX}{i}": f"{mib}m" for i in range(count)},
     ),
     Plugin("mps", "MPS", MPS, True, _mps),
+    Plugin("kai", "KAI", KAI_LIMITS, True, _kai_limits),
     Plugin(
         "gpushare",
         "gpushare",
@@ -193,6 +248,7 @@ PLUGINS: tuple[Plugin, ...] = (
         1024,
         lambda _count, gib: {GPUSHARE: str(gib)},
     ),
+    Plugin("kai-portion", "KAI", KAI_PORTION, False, _kai_portion),
 )
 
 
