@@ -153,6 +153,10 @@ def cases(args: argparse.Namespace) -> dict[str, dict[str, str]]:
             **OFF,
             "PIPELINE_OPTIONS": json.dumps(options),
         }
+    for mib in args.thresholds:
+        planned[f"tfboot auto, MALLOC_MMAP_THRESHOLD_ {mib:g} MiB"] = {
+            "MALLOC_MMAP_THRESHOLD_": str(int(mib * 2**20))
+        }
     if args.hand_fixed:
         fixed = {"map_parallel": int(args.cpus + 0.999), "prefetch": 2}
         planned["hand-tuned: map parallel = CPUs, prefetch 2"] = {
@@ -241,6 +245,10 @@ def main() -> None:
         "--hand-budgets", type=int, nargs="*", default=[256], help="ram_budget MiB to try"
     )
     parser.add_argument("--hand-fixed", action="store_true", help="also try fixed parallelism")
+    parser.add_argument(
+        "--thresholds", type=float, nargs="*", default=[],
+        help="also try tfboot's budgets with glibc's mmap threshold fixed at these MiB",
+    )  # fmt: skip
     parser.add_argument("--only", nargs="*", help="run only these cases")
     args = parser.parse_args()
     image = args.image or default_image()

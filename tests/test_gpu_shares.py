@@ -272,22 +272,22 @@ def test_show_reports_each_installed_frameworks_headroom(capsys, monkeypatch) ->
 KAI = "NVIDIA_GPU_MEMORY_LIMITS"
 
 
+@pytest.mark.parametrize("name", [KAI, "NVIDIA_GPU_MEMORY_LIMIT"])
 @pytest.mark.parametrize(
-    ("value", "default", "per_gpu"),
-    [("8192", 8192 - 1536, {}), ("8192,6144", None, {0: 8192 - 2560, 1: 6144 - 2560})],
+    ("env", "room"),
+    [({}, 1536), ({"NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b"}, 2560)],
 )
-def test_kai_memory_limits_are_an_enforced_share(
-    value: str, default: int | None, per_gpu: dict[int, int]
-) -> None:
-    limit, found, source = caps({KAI: value})
-    assert (limit, found) == (default, per_gpu)
-    assert source.startswith(f"KAI {KAI}={value} (enforced) minus ")
+def test_kai_memory_limits_are_an_enforced_share(name: str, env: dict, room: int) -> None:
+    """fractiond writes one amount in MiB; the toolkit's hook applies it to every GPU."""
+    limit, found, source = caps({name: "8192", "NVIDIA_GPU_MEMORY_REQUESTS": "8192", **env})
+    assert (limit, found) == (8192 - room, {})
+    assert source.startswith(f"KAI {name}=8192 (enforced) minus {room} MiB")
 
 
-@pytest.mark.parametrize("value", ["0", "lots", "6g", "8192,", "-1"])
+@pytest.mark.parametrize("value", ["0", "lots", "6g", "8192,8192", "-1", "1048577"])
 def test_bad_kai_limits_name_the_variable(value: str) -> None:
     text = problem_text({"MEMORY_LIMIT_MB": "auto", KAI: value})
-    assert f"{KAI}={value!r} is invalid: expected MiB such as 6144" in text
+    assert f"{KAI}={value!r} is invalid: expected a whole number of MiB from 1 to" in text
 
 
 def test_kai_limits_beat_an_advisory_portion(nvml_library: str) -> None:

@@ -73,8 +73,8 @@ def test_the_docs_list_the_watched_modules_as_the_start_up_table() -> None:
     assert rows == tfboot.ADAPTERS
 
 
-def test_the_readme_names_every_device_plugin_variable_and_resource() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_name_every_device_plugin_variable_and_resource() -> None:
+    readme = (ROOT / "docs" / "gpu-memory.md").read_text()
     kubernetes = (ROOT / "docs" / "kubernetes.md").read_text()
     for plugin in PLUGINS:
         for variable in re.findall(r"[A-Z][A-Z_]+[A-Z]", plugin.variables):

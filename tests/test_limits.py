@@ -62,7 +62,7 @@ def test_the_limits_themselves_are_accepted() -> None:
 
 def test_hami_index_with_leading_zero() -> None:
     settings = resolve({"MEMORY_LIMIT_MB": "auto", "CUDA_DEVICE_MEMORY_LIMIT_01": "4096m"})
-    assert settings.memory_limit_per_gpu == {1: 4096 - 512}
+    assert settings.memory_limit_per_gpu == {1: 4096 - 1536}
 
 
 @pytest.mark.parametrize(("threads", "warned"), [(4, False), (5, True)])

@@ -23,13 +23,13 @@ GIB = 1 << 30
 H100 = 80 * GIB  # NVML's total for an 80 GB H100 is a little less; any size will do
 
 
-def budget(env: dict[str, str], role: Role, cpu: CpuBudget) -> Budget:
-    return make_budget(resolve(env, FRAMEWORK_READS), env, role, cpu, NO_LIMIT)
+def budget(env: dict[str, str], role: Role, cpu: CpuBudget, framework: str) -> Budget:
+    return make_budget(resolve(env, FRAMEWORK_READS, framework), env, role, cpu, NO_LIMIT)
 
 
 def jax(env: dict[str, str], gpus: int = 0, role: Role = MODEL, cpu: CpuBudget = NO_QUOTA):
     """JAX's plan at both hook points: its environment, then its CPU client's pool."""
-    made = budget(env, role, cpu)
+    made = budget(env, role, cpu, "jax")
     plan = plan_jax(made, (H100,) * gpus)
     pool = jax_adapter.plan(
         "after", made, {"pool": None, "started": False, "gpus": gpus, "narrowed": False}
@@ -40,7 +40,7 @@ def jax(env: dict[str, str], gpus: int = 0, role: Role = MODEL, cpu: CpuBudget =
 
 
 def torch(env: dict[str, str], gpus: int = 0, role: Role = MODEL, cpu: CpuBudget = NO_QUOTA):
-    return plan_torch(budget(env, role, cpu), cuda_devices(env, gpus)[0])
+    return plan_torch(budget(env, role, cpu, "torch"), cuda_devices(env, gpus)[0])
 
 
 def patched(plan: Plan, name: str) -> tuple | None:
@@ -216,11 +216,13 @@ class TestTorch:
         env = {
             "MEMORY_LIMIT_MB": "auto",
             "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m",
-            "CUDA_DEVICE_MEMORY_LIMIT_1": "1536m",
+            "CUDA_DEVICE_MEMORY_LIMIT_1": "3072m",
             "VISIBLE_GPU": "1",
         }
-        # GPU 1's cap (HAMi's share less its reserve) becomes cuda:0's, as CUDA renumbers.
-        assert caps(torch(env, gpus=2)) == {0: resolve(env).caps_mb(1)} == {0: 1024}
+        # GPU 1's cap (HAMi's share less PyTorch's headroom; one GPU visible, so no NCCL)
+        # becomes cuda:0's, as CUDA renumbers.
+        cap = resolve(env, FRAMEWORK_READS, "torch").caps_mb(1)
+        assert caps(torch(env, gpus=2)) == {0: cap} == {0: 3072 - 1024}
 
     def test_growth_true_is_what_pytorch_does(self) -> None:
         plan = torch({"MEMORY_GROWTH": "true"}, gpus=1)
@@ -260,6 +262,6 @@ class TestTorch:
 
 
 def test_each_framework_reads_only_its_own_variables() -> None:
-    # HOST_MEMORY_LIMIT_MB is tf.data's and MIXED_PRECISION Keras's: not JAX's business.
-    env = {"HOST_MEMORY_LIMIT_MB": "lots", "MIXED_PRECISION": "fp8", "LOADER_GPU": "maybe"}
+    # MIXED_PRECISION is Keras's and LOADER_GPU TensorFlow's: not JAX's business.
+    env = {"MIXED_PRECISION": "fp8", "LOADER_GPU": "maybe"}
     assert jax(env).environ == {} and torch(env).environ == {}

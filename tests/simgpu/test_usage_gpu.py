@@ -62,11 +62,13 @@ def test_a_process_that_never_starts_the_runtime_is_not_started_at_exit(
     assert run.device(0)["sizes"] == []  # nothing was allocated on the device
 
 
-def test_nvml_s_process_total_names_the_context(
+def test_a_growing_pool_gives_nvml_s_total_but_no_outside_figure(
     stable_gpu: SimGpu, tmp_path: Path, fake_nvml: str
 ) -> None:
     """NVML (the stand-in library, a fake: no driver here) lists this process with 1500 MiB
-    on GPU 0: what the allocator did not hold is the CUDA context and libraries."""
+    on GPU 0. TensorFlow's pool grows and TensorFlow does not say how large it is, so no
+    figure outside it is claimed (NVML minus the bytes in use would count pool regions
+    reserved but unused)."""
     usage = tmp_path / "usage.json"
     env = {"MEMORY_GROWTH": "true", "TFBOOT_USAGE_FILE": str(usage),
            "TFBOOT_NVML_LIBRARY": fake_nvml, "FAKE_NVML_MIB": "16384:0",
@@ -74,8 +76,35 @@ def test_nvml_s_process_total_names_the_context(
     run = stable_gpu.run(PLACE, env).check()
     [gpu] = json.loads(usage.read_text())["gpus"]
     assert gpu["process_mib"] == 1500.0
-    assert gpu["context_mib"] == round(1500.0 - gpu["peak_mib"], 1)
-    assert "incl. CUDA context and libraries" in run.stderr
+    assert gpu["pool_mib"] is None and gpu["outside_pool_mib"] is None
+    assert "the pool grows (set_memory_growth)" in gpu["pool_source"]
+    assert gpu["outside_pool_source"].startswith("not measured (TensorFlow's pool: unknown")
+    assert "process 1500.0 MiB in NVML, its pool unknown" in run.stderr
+
+
+@pytest.mark.nightly
+def test_a_preallocated_pool_is_its_cap_and_the_rest_is_outside_it(
+    nightly_gpu: SimGpu, tmp_path: Path, fake_nvml: str
+) -> None:
+    """Two logical GPUs of 1024 MiB, preallocated: BFC takes each cap whole (the simulated
+    device's allocations say so), so NVML's 2648 MiB (the stand-in's) leaves 600 outside;
+    HAMi's variable, set as HAMi would, is recorded and the share given in its terms."""
+    usage = tmp_path / "usage.json"
+    env = {"MEMORY_LIMIT_MB": "2048", "VIRTUAL_SPLIT": "2", "TFBOOT_USAGE_FILE": str(usage),
+           "TFBOOT_NVML_LIBRARY": fake_nvml, "FAKE_NVML_MIB": "16384:0",
+           "FAKE_NVML_PROCS": "0:0:2648", "CUDA_DEVICE_MEMORY_LIMIT_0": "8192m"}  # fmt: skip
+    run = nightly_gpu.run(PLACE, env).check()
+    assert [size >> 20 for size in run.device(0)["sizes"]] == [1024, 1024]
+    found = json.loads(usage.read_text())
+    assert [g["pool_mib"] for g in found["gpus"]] == [1024.0, 1024.0]
+    assert "the memory_limit 1024 MiB, preallocated" in found["gpus"][0]["pool_source"]
+    assert [g["outside_pool_mib"] for g in found["gpus"]] == [600.0, 600.0]
+    assert found["gpu_share"]["plugins"] == ["HAMi"]
+    share = found["suggest"]["gpu_share_mib"]  # the cap + 600 MiB + 15%, up to 16 MiB
+    assert share == int(found["suggest"]["env"]["MEMORY_LIMIT_MB"]) + 704
+    assert found["suggest"]["gpu_share"]["HAMi"]["resources"]["limits"] == {
+        "nvidia.com/gpumem": str(share)
+    }
 
 
 @pytest.fixture(scope="module")

@@ -79,7 +79,8 @@ def test_a_tensorflow_without_the_injection_point_warns_once(tmp_path: Path) -> 
     """The real TensorFlow with ``_apply_debug_options`` removed stands in for a version
     that renamed it."""
     result = run_python(MISSING, {"TFBOOT_CGROUP_ROOT": cgroup_limits(tmp_path)}, timeout=300)
-    assert result.returncode == 0 and result.stdout.strip() == "None 3", result.stderr[-3000:]
+    # Two thread pools, pinned host memory and the allocator: no tf.data patch.
+    assert result.returncode == 0 and result.stdout.strip() == "None 4", result.stderr[-3000:]
     warnings = [line for line in result.stderr.splitlines() if "tf.data defaults (" in line]
     assert len(warnings) == 1, result.stderr[-3000:]
     assert "not applied: TensorFlow 2.21.0 has no Dataset._apply_debug_options" in warnings[0]

@@ -38,9 +38,49 @@ numbers = st.one_of(
 gpu = st.fixed_dictionaries(
     {"index": numbers, "physical": numbers, "framework": st.one_of(st.text(max_size=8), numbers),
      "peak_mib": numbers},
-    optional={"cap_mib": numbers, "ooms": numbers, "context_mib": numbers, "pid": numbers,
-              "source": st.text(max_size=8)},
+    optional={"cap_mib": numbers, "ooms": numbers, "pool_mib": numbers, "pid": numbers,
+              "outside_pool_mib": numbers, "pool_source": numbers, "source": st.text(max_size=8)},
 )  # fmt: skip
+# A GPU share's variables, as a record keeps them, and anything else in their place.
+share_names = st.sampled_from(
+    [
+        "CUDA_DEVICE_MEMORY_LIMIT",
+        "CUDA_DEVICE_MEMORY_LIMIT_0",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+        "CUDA_MPS_PIPE_DIRECTORY",
+        "NVIDIA_GPU_MEMORY_LIMITS",
+        "GPU_PORTION",
+        "ALIYUN_COM_GPU_MEM_CONTAINER",
+        "ALIYUN_COM_GPU_MEM_DEV",
+    ]
+)
+share_values = st.one_of(
+    st.sampled_from(["8192m", "6G", "0=6G,1=2G", "/tmp/mps", "0.5", "8", "81920", "x=y,=", ""]),
+    st.text(max_size=8),
+)
+sane_share = st.one_of(
+    st.none(),
+    st.fixed_dictionaries(
+        {
+            "plugins": st.lists(
+                st.sampled_from(["HAMi", "MPS", "KAI", "gpushare"]), max_size=4, unique=True
+            ),
+            "variables": st.dictionaries(share_names, share_values, max_size=4),
+        }
+    ),
+)
+share = st.one_of(
+    sane_share,
+    numbers,
+    st.fixed_dictionaries(
+        {
+            "plugins": st.one_of(numbers, st.lists(st.text(max_size=8), max_size=6)),
+            "variables": st.one_of(
+                numbers, st.dictionaries(st.text(max_size=30), numbers, max_size=3)
+            ),
+        }
+    ),
+)
 section = st.dictionaries(
     st.sampled_from(["peak_mib", "limit_mib", "oom_kills", "high_events", "used_cpus", "quota",
                      "wall_seconds", "cpu_seconds", "throttled_fraction", "threads", "source"]),
@@ -48,7 +88,8 @@ section = st.dictionaries(
 )  # fmt: skip
 base = {"schema": st.sampled_from([SCHEMA, SCHEMA, "other"]), "final": st.one_of(st.booleans(),
         numbers), "gpus": st.one_of(st.lists(gpu, max_size=3), numbers),
-        "host_memory": st.one_of(section, numbers), "cpu": st.one_of(section, numbers)}  # fmt: skip
+        "host_memory": st.one_of(section, numbers), "cpu": st.one_of(section, numbers),
+        "gpu_share": share}  # fmt: skip
 member = st.fixed_dictionaries(base, optional={"pid": numbers})
 record = st.fixed_dictionaries(
     base,
@@ -65,7 +106,7 @@ count = st.one_of(st.none(), st.integers(min_value=0, max_value=10**6))
 sane_gpu = st.fixed_dictionaries(
     {"index": st.integers(0, 7), "physical": st.integers(0, 7),
      "framework": st.sampled_from(["TensorFlow", "JAX", "PyTorch"]), "peak_mib": figure},
-    optional={"cap_mib": figure, "ooms": count, "context_mib": figure,
+    optional={"cap_mib": figure, "ooms": count, "pool_mib": figure, "outside_pool_mib": figure,
               "pid": st.integers(1, 10**6)},
 )  # fmt: skip
 sane_memory = st.fixed_dictionaries(
@@ -83,7 +124,7 @@ sane_cpu = st.fixed_dictionaries(
 )
 sane_base = {"schema": st.just(SCHEMA), "final": st.booleans(),
              "gpus": st.lists(sane_gpu, max_size=4), "host_memory": sane_memory,
-             "cpu": sane_cpu}  # fmt: skip
+             "cpu": sane_cpu, "gpu_share": sane_share}  # fmt: skip
 sane = st.fixed_dictionaries(
     sane_base,
     optional={"pid": st.integers(1, 10**6), "run": st.fixed_dictionaries({"id": st.sampled_from(
@@ -124,7 +165,11 @@ def test_suggest_takes_a_record_or_says_why_never_more(tmp_path: Path, data: byt
         return
     suggestion = suggest([found, found])
     assert _finite(suggestion)
-    for value in suggestion["resources"].get("limits", {}).values():
+    limits = [suggestion["resources"].get("limits", {})] + [
+        terms.get("resources", {}).get("limits", {})
+        for terms in suggestion.get("gpu_share", {}).values()
+    ]
+    for value in (value for found_limits in limits for value in found_limits.values()):
         assert len(value) <= 12  # a sane quantity: 16 TiB is "16777216Mi"
     assert summary(suggestion) and patch(suggestion, "Job", "train", "train")
     text = sinks.termination_text(found)

@@ -96,7 +96,7 @@ def gpu(peak: float, cap: int | None, index: int = 0, physical: int = 0, **extra
 def test_a_run_well_inside_its_budget_is_told_to_shrink_with_the_margin() -> None:
     found = suggest([record(peak=1000, used=1.0, gpus=[gpu(3000, 8192)])])
     assert found["env"] == {"MEMORY_LIMIT_MB": "3456"}  # 3000 x 1.15 = 3450, up to 16 MiB
-    assert found["gpu_share_mib"] == 3456 + 512
+    assert found["gpu_share_mib"] == 3456 + 1536  # nothing measured: TensorFlow's headroom
     assert found["resources"] == {
         "requests": {"memory": "1152Mi", "cpu": "1200m"},
         "limits": {"memory": "1152Mi", "cpu": "2"},
@@ -155,9 +155,10 @@ def test_many_runs_at_their_percentiles() -> None:
     assert percentile([3, 1, 2], 50) == 2 and percentile([5], 95) == 5
 
 
-def test_measured_context_replaces_the_default_headroom() -> None:
-    found = suggest([record(gpus=[gpu(1000, 2048, process_mib=1700.0, context_mib=700.0)])])
-    assert found["gpu_share_mib"] == 1152 + 704
+def test_measured_outside_pool_replaces_the_default_headroom() -> None:
+    found = suggest([record(gpus=[gpu(1000, 2048, process_mib=1700.0, outside_pool_mib=700.0)])])
+    assert found["gpu_share_mib"] == 1152 + 816  # 700 MiB outside the pool + 15%, up to 16
+    assert "outside the pool, 700.0 MiB" in found["sources"]["gpu_share_mib"]
 
 
 def test_the_used_line_names_each_budget_and_source() -> None:

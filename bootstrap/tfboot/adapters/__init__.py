@@ -64,6 +64,11 @@ class Peak:
     cap_mib: int | None = None  # the cap tfboot gave it; None: none
     limit_bytes: int | None = None  # the allocator's own limit, where it says
     ooms: int | None = None  # allocations it refused, where it counts them
+    # The pool: what the allocator holds from the driver now and at its most (what NVML
+    # counts for it), None where the framework does not say; where they came from, or why not.
+    pool_bytes: int | None = None
+    peak_pool_bytes: int | None = None
+    pool_source: str = ""
 
 
 @dataclass(frozen=True)

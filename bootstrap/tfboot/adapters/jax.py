@@ -346,8 +346,10 @@ def refused(described: str, exc: Exception, applied: list[str]) -> Problem:
 
 
 def peaks(read: Read, plan: Plan) -> list[Peak]:
-    """Each GPU's ``peak_bytes_in_use`` and ``bytes_limit`` (``Device.memory_stats``), once
-    JAX has made its backends (jax/_src/xla_bridge.py keeps them in ``_backends``)."""
+    """Each GPU's ``peak_bytes_in_use``, ``bytes_limit`` and pool (``Device.memory_stats``),
+    once JAX has made its backends (jax/_src/xla_bridge.py keeps them in ``_backends``)."""
+    from os import environ  # read at the report: JAX read it when it made its client
+
     if not read.attr(f"{BRIDGE}._backends"):
         return []
     devices = plan.devices()
@@ -358,8 +360,28 @@ def peaks(read: Read, plan: Plan) -> list[Peak]:
         if "peak_bytes_in_use" not in stats:
             continue
         physical, cap = devices[ordinal] if ordinal < len(devices) else (ordinal, None)
+        pool, peak_pool, source = pool_of(stats, environ.get(PREALLOCATE_ENV))
         found.append(
             Peak(ordinal, physical, int(stats["peak_bytes_in_use"]), "jax Device.memory_stats",
-                 cap, stats.get("bytes_limit"))
+                 cap, stats.get("bytes_limit"), pool_bytes=pool, peak_pool_bytes=peak_pool,
+                 pool_source=source)
         )  # fmt: skip
     return found
+
+
+def pool_of(
+    stats: Mapping[str, Any], preallocate: str | None
+) -> tuple[int | None, int | None, str]:
+    """What JAX's allocator holds from the driver, now and at its most, and where that came
+    from: PJRT's ``pool_bytes``/``peak_pool_bytes`` where it gives them; else ``bytes_limit``
+    when the pool was taken whole at the start (``preallocate``: the variable, None unset)."""
+    if "pool_bytes" in stats:
+        now = int(stats["pool_bytes"])
+        return now, int(stats.get("peak_pool_bytes", now)), "jax Device.memory_stats pool_bytes"
+    shown = f"{PREALLOCATE_ENV}={preallocate}" if preallocate is not None else \
+        f"{PREALLOCATE_ENV} unset"  # fmt: skip
+    if preallocates(preallocate or "true") and "bytes_limit" in stats:
+        limit = int(stats["bytes_limit"])
+        return limit, limit, (f"jax Device.memory_stats bytes_limit: preallocated ({shown}), "
+                              "no pool_bytes")  # fmt: skip
+    return None, None, f"unknown: JAX grows its pool ({shown}) and memory_stats has no pool_bytes"

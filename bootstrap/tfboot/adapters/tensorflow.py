@@ -327,16 +327,51 @@ CONTEXT = "tensorflow.python.eager.context"
 
 def peaks(read: Read, plan: Plan) -> list[Peak]:
     """Each logical GPU's ``get_memory_info`` peak (the BFC allocator's bytes in use at its
-    highest), once the runtime has started: asking earlier would start it."""
+    highest), once the runtime has started: asking earlier would start it. Its pool, which
+    TensorFlow does not expose, is known only where it was taken whole (``bfc_pool``)."""
+    from os import environ  # read at the report: TensorFlow read it when it made its devices
+
     context = getattr(read.loaded(CONTEXT), "_context", None)
     if getattr(context, "_context_handle", None) is None:
         return []
     devices = plan.devices()
+    grows = _grows(read, environ)
     found = []
     for index, device in enumerate(read.call("config.list_logical_devices", "GPU")):
         physical, cap = devices[index] if index < len(devices) else (index, None)
         info = read.call("config.experimental.get_memory_info", device.name)
+        pool, source = bfc_pool(int(info["peak"]), cap, grows)
         found.append(
-            Peak(index, physical, int(info["peak"]), "tf.config.experimental.get_memory_info", cap)
-        )
+            Peak(index, physical, int(info["peak"]), "tf.config.experimental.get_memory_info",
+                 cap, pool_bytes=pool, peak_pool_bytes=pool, pool_source=source)
+        )  # fmt: skip
     return found
+
+
+def _grows(read: Read, env: Mapping[str, str]) -> str:
+    """Why the GPU allocator's pool grows rather than being taken whole ("": it is taken
+    whole): ``TF_FORCE_GPU_ALLOW_GROWTH`` overrides ``set_memory_growth`` when it is ``true``
+    or ``false`` (gpu_bfc_allocator.cc); ``cuda_malloc_async`` is not BFC."""
+    forced = env.get(GROWTH_ENV)
+    if forced in ("true", "false"):
+        return f"{GROWTH_ENV}=true" if forced == "true" else ""
+    if (env.get("TF_GPU_ALLOCATOR") or "").strip() == "cuda_malloc_async":
+        return "TF_GPU_ALLOCATOR=cuda_malloc_async"
+    visible = read.call("config.get_visible_devices", "GPU")
+    growth = any(read.call("config.experimental.get_memory_growth", d) for d in visible)
+    return "set_memory_growth" if growth else ""
+
+
+def bfc_pool(peak: int, cap: int | None, grows: str) -> tuple[int | None, str]:
+    """What one logical GPU's BFC allocator holds from the driver, and where that came from.
+    ``get_memory_info`` gives bytes in use only (``current``, ``peak``; AllocatorStats'
+    ``pool_bytes`` is not exposed), so the pool is known only where BFC takes its whole
+    ``memory_limit`` at its first allocation: a cap (a logical device's ``memory_limit``),
+    and growth off. ``grows``: why it grows ("": it does not)."""
+    unexposed = "TensorFlow exposes no pool figures (get_memory_info: current and peak only)"
+    if grows:
+        return None, f"unknown: the pool grows ({grows}) and {unexposed}"
+    if cap is None:
+        return None, f"unknown: TensorFlow sized the pool itself (no memory_limit) and {unexposed}"
+    taken = cap << 20 if peak else 0  # nothing allocated yet: no region taken
+    return taken, f"the memory_limit {cap} MiB, preallocated: growth off ({unexposed})"

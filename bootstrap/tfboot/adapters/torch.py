@@ -214,8 +214,9 @@ def _plan_gpus(plan: Plan, budget: Budget, devices: list[str]) -> Patch | None:
 
 
 def peaks(read: Read, plan: Plan) -> list[Peak]:
-    """Each GPU's caching-allocator peak (``max_memory_reserved``: what it held from CUDA),
-    once CUDA has started; ``memory_stats``'s ``num_ooms`` counts the allocations it refused."""
+    """Each GPU's caching-allocator peak (``max_memory_reserved``: what it held from CUDA, its
+    pool at its most; ``memory_reserved`` its pool now), once CUDA has started;
+    ``memory_stats``'s ``num_ooms`` counts the allocations it refused."""
     if not read.call("cuda.is_initialized"):
         return []
     devices = plan.devices()
@@ -223,8 +224,11 @@ def peaks(read: Read, plan: Plan) -> list[Peak]:
     for ordinal in range(int(read.call("cuda.device_count"))):
         physical, cap = devices[ordinal] if ordinal < len(devices) else (ordinal, None)
         stats = read.call("cuda.memory_stats", ordinal) or {}
+        peak = int(read.call("cuda.max_memory_reserved", ordinal))
         found.append(
-            Peak(ordinal, physical, int(read.call("cuda.max_memory_reserved", ordinal)),
-                 "torch.cuda.max_memory_reserved", cap, ooms=stats.get("num_ooms"))
+            Peak(ordinal, physical, peak, "torch.cuda.max_memory_reserved", cap,
+                 ooms=stats.get("num_ooms"),
+                 pool_bytes=int(read.call("cuda.memory_reserved", ordinal)), peak_pool_bytes=peak,
+                 pool_source="torch.cuda.memory_reserved, max_memory_reserved")
         )  # fmt: skip
     return found

@@ -39,8 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser, undo: bool = False) -> None:
                             help="the injector image (docker/inject/build.sh)")  # fmt: skip
         parser.add_argument("--memory-from-claims", action="store_true",
                             help="set MEMORY_LIMIT_MB (where unset or auto) from the container's "
-                                 "DRA claim's MPS limit, minus 512 MiB for the CUDA context; the "
-                                 "claims must be among the inputs")  # fmt: skip
+                                 "DRA claim's MPS limit, minus TensorFlow's headroom "
+                                 "(docs/gpu-memory.md); the claims must be among the "
+                                 "inputs")  # fmt: skip
         parser.add_argument("--mode", choices=template.MODES, default="init",
                             help="init: an init container copies the tree into an emptyDir "
                                  "(default); image: a Kubernetes image volume (1.33+)")  # fmt: skip

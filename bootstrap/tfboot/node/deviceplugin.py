@@ -1,22 +1,27 @@
 """The GPU memory share a device plugin gave this container, for ``MEMORY_LIMIT_MB=auto``.
 
-Hard shares, enforced below TensorFlow: HAMi's and MPS's. When both are set, the smaller
-holds for each GPU. gpushare's advisory share counts only when neither is set.
+Each reader returns the share itself, in MiB; the cap is the share minus the framework's
+headroom (``node.headroom``, taken in ``settings``). Enforced shares, refused below the
+framework: HAMi's, MPS's and KAI's memory limits; when several are set, the smallest holds
+for each GPU. Advisory shares (nothing enforces them) count only when none of those is set:
+gpushare's, then KAI's portion.
 
-HAMi sets ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` per visible GPU (or ``CUDA_DEVICE_MEMORY_LIMIT``
-for all) with a unit suffix such as ``6144m``. HAMi enforces that share in its CUDA hook,
-and the share must also hold the CUDA context and libraries, which live outside
-TensorFlow's cap: the cap is the share minus ``HARD_HEADROOM_MB``. MPS on GKE and Amazon
-ECS sets ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, enforced by the CUDA driver: one amount for
-every GPU, or ``ordinal=amount`` pairs, with the same headroom. NVIDIA's DRA driver and
-its device plugin set an MPS limit on the MPS control daemon instead (the claim's
-``defaultPinnedDeviceMemoryLimit``), and hand the container only
-``CUDA_MPS_PIPE_DIRECTORY`` and mounts: the limit is not visible there, and ``auto`` says
-so (``auto_without_share``).
-gpushare's share is advisory (nothing enforces it), so the cap is the share itself. gpushare sets
-``ALIYUN_COM_GPU_MEM_CONTAINER``
-in GiB (or MiB when the plugin runs with ``--memory-unit=MiB``, which it signals by a device
-total ``ALIYUN_COM_GPU_MEM_DEV`` larger than any GPU has in GiB).
+- HAMi sets ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` per visible GPU (or ``CUDA_DEVICE_MEMORY_LIMIT``
+  for all) with a unit suffix such as ``6144m``, enforced in its CUDA hook (KAI's
+  ``hamicore`` mode sets the same).
+- MPS on GKE and Amazon ECS sets ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, enforced by the CUDA
+  driver: one amount for every GPU, or ``ordinal=amount`` pairs. NVIDIA's DRA driver and
+  its device plugin set the limit on the MPS control daemon instead (the claim's
+  ``defaultPinnedDeviceMemoryLimit``) and hand the container only ``CUDA_MPS_PIPE_DIRECTORY``:
+  the limit is not visible there, and ``auto`` says so (``auto_without_share``).
+- KAI Scheduler's ``nvfractions`` (kai-gpu-fractioning's fractiond) sets
+  ``NVIDIA_GPU_MEMORY_LIMITS`` in MiB, which nvidia-container-toolkit's
+  ``apply-cuda-memory-limits`` hook enforces through NVML memory limits; its ``gpusharing``
+  sets ``GPU_PORTION`` (``%.2f`` of each GPU), which nothing enforces: its share is the
+  portion of the GPU's total memory that NVML reports.
+- gpushare sets ``ALIYUN_COM_GPU_MEM_CONTAINER`` in GiB (or MiB when the plugin runs with
+  ``--memory-unit=MiB``, which it signals by a device total ``ALIYUN_COM_GPU_MEM_DEV``
+  larger than any GPU has in GiB); advisory.
 """
 
 from __future__ import annotations
@@ -37,8 +42,9 @@ GPUSHARE_DEVICE = "ALIYUN_COM_GPU_MEM_DEV"
 MPS = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 # KAI Scheduler's shares: nvfractions' enforced limit (MiB), gpusharing's advisory portion.
 KAI_LIMITS = "NVIDIA_GPU_MEMORY_LIMITS"
+KAI_LIMITS_NAMES = (KAI_LIMITS, "NVIDIA_GPU_MEMORY_LIMIT")  # the toolkit's hook reads both
 KAI_PORTION = "GPU_PORTION"
-KAI_ACCEPTED = "expected MiB such as 6144, or one amount per GPU such as 6144,6144"
+KAI_ACCEPTED = "expected a whole number of MiB from 1 to 1048576 (1 TiB) such as 6144"
 # Where MPS clients find the control daemon: set wherever MPS is, its limit or not.
 MPS_PIPE = "CUDA_MPS_PIPE_DIRECTORY"
 MPS_ACCEPTED = (
@@ -162,20 +168,18 @@ def _gpushare(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | 
 
 
 def _kai_limits(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
-    """KAI's enforced share (``nvfractions``): ``NVIDIA_GPU_MEMORY_LIMITS`` in MiB, one
-    amount, or one per visible GPU in their order; NVML memory limits enforce it."""
-    value = env.get(KAI_LIMITS, "").strip()
-    if not value:
+    """KAI's enforced share (``nvfractions``): kai-gpu-fractioning's fractiond sets
+    ``NVIDIA_GPU_MEMORY_LIMITS`` (and ``..._REQUESTS``) to whole MiB, one amount for every
+    GPU of the container; nvidia-container-toolkit's ``apply-cuda-memory-limits`` hook
+    reads it (or the singular ``NVIDIA_GPU_MEMORY_LIMIT``) and sets NVML memory limits."""
+    name = next((n for n in KAI_LIMITS_NAMES if env.get(n, "").strip()), None)
+    if name is None:
         return None
-    amounts = [digits(part.strip()) for part in value.split(",")]
-    if any(not amount or amount > _MAX_MIB for amount in amounts):
-        problems.append(Problem(KAI_LIMITS, env[KAI_LIMITS], KAI_ACCEPTED))
+    mib = digits(env[name].strip())
+    if not mib or mib > _MAX_MIB:
+        problems.append(Problem(name, env[name], KAI_ACCEPTED))
         return None
-    mibs = [amount for amount in amounts if amount]
-    source = f"KAI {KAI_LIMITS}={value}"
-    if len(mibs) == 1:
-        return PluginLimit(mibs[0], {}, source)
-    return PluginLimit(None, dict(enumerate(mibs)), source)
+    return PluginLimit(mib, {}, f"KAI {name}={env[name].strip()}")
 
 
 def _kai_portion(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:

@@ -27,6 +27,7 @@ from ..node.nvml import process_memory, read_inventory
 from ..node.proctree import Tree
 from .schema import SCHEMA
 from .scope import TREE, covers
+from .shares import recorded
 
 MIB = 1 << 20
 # Labels a record carries from the environment: (label, variables tried in order).
@@ -163,6 +164,7 @@ class Meter:
             "labels": self.labels,
             "frameworks": [f.adapter.NAME for f in frameworks],
             "gpus": gpus,
+            "gpu_share": recorded(self.env),
             "host_memory": self._memory(),
             "cpu": self._cpu(),
             "problems": problems,
@@ -184,6 +186,9 @@ class Meter:
                         "limit_mib": mib(peak.limit_bytes),
                         "source": peak.source,
                         "ooms": peak.ooms,
+                        "pool_mib": mib(peak.pool_bytes),
+                        "peak_pool_mib": mib(peak.peak_pool_bytes),
+                        "pool_source": peak.pool_source or None,
                     }
                 )
         if found:
@@ -191,8 +196,8 @@ class Meter:
         return found
 
     def _process_totals(self, gpus: list[dict[str, Any]]) -> None:
-        """NVML's total for this process on each physical GPU (allocator, CUDA context and
-        libraries), where NVML lists it: outside the allocator = the context's share."""
+        """NVML's total for this process on each physical GPU, where NVML lists it: what the
+        driver counts, the allocators' pools and the CUDA context and libraries outside them."""
         totals = process_memory(self.pid, self.env)
         if not totals:
             return
@@ -201,10 +206,10 @@ class Meter:
             entry = listed[gpu["physical"]] if gpu["physical"] < len(listed) else ""
             if entry.isdigit() and int(entry) in totals:
                 total = mib(totals[int(entry)]) or 0.0
-                peaks = sum(g["peak_mib"] for g in gpus if g["physical"] == gpu["physical"])
                 gpu["process_mib"] = total
-                gpu["context_mib"] = round(max(0.0, total - peaks), 1)
                 gpu["process_source"] = "NVML nvmlDeviceGetComputeRunningProcesses"
+                sharing = [g for g in gpus if g["physical"] == gpu["physical"]]
+                gpu["outside_pool_mib"], gpu["outside_pool_source"] = outside_pool(total, sharing)
 
     def _memory(self) -> dict[str, Any]:
         now = self.sample()
@@ -257,6 +262,20 @@ class Meter:
             "throttled_fraction": throttled,
             "throttled_source": now.periods_source or None,
         }
+
+
+def outside_pool(total: float, gpus: Sequence[dict[str, Any]]) -> tuple[float | None, str]:
+    """The MiB outside the allocators' pools on one physical GPU (its CUDA context and
+    libraries): NVML's ``total`` for the process minus every pool on it now (``gpus``, each
+    framework's devices there), and where that came from; None where a pool is unknown
+    (NVML minus the bytes in use would count pool regions reserved but unused)."""
+    unknown = [g for g in gpus if g.get("pool_mib") is None]
+    if unknown:
+        why = unknown[0].get("pool_source") or "unknown"
+        return None, f"not measured ({unknown[0]['framework']}'s pool: {why})"
+    pools = sum(g["pool_mib"] for g in gpus)
+    sources = "; ".join(sorted({f"{g['framework']}: {g['pool_source']}" for g in gpus}))
+    return round(max(0.0, total - pools), 1), f"NVML's process total minus the pool ({sources})"
 
 
 def _stamp(seconds: float) -> str:

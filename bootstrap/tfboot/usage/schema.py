@@ -14,6 +14,8 @@ import os
 import stat
 from typing import Any
 
+from .shares import MAX_VALUE, MAX_VARIABLES, PLUGINS, kept
+
 SCHEMA = "tfboot.usage/v1"
 MAX_MIB = 1 << 30  # a PiB: far past any GPU's or node's memory
 MAX_CPUS = 1 << 20
@@ -28,7 +30,9 @@ NUMBER = (int, float)
 GPU = {"index": ("count", MAX_GPUS), "physical": ("count", MAX_GPUS), "framework": ("str", 64),
        "peak_mib": ("number", MAX_MIB), "cap_mib": ("number", MAX_MIB),
        "limit_mib": ("number", MAX_MIB), "ooms": ("count", MAX_COUNT),
-       "process_mib": ("number", MAX_MIB), "context_mib": ("number", MAX_MIB),
+       "pool_mib": ("number", MAX_MIB), "peak_pool_mib": ("number", MAX_MIB),
+       "pool_source": ("str", 512), "process_mib": ("number", MAX_MIB),
+       "outside_pool_mib": ("number", MAX_MIB), "outside_pool_source": ("str", 1024),
        "pid": ("count", MAX_COUNT), "source": ("str", 512)}  # fmt: skip
 MEMORY = {"peak_mib": ("number", MAX_MIB), "limit_mib": ("number", MAX_MIB),
           "oom_kills": ("count", MAX_COUNT), "high_events": ("count", MAX_COUNT),
@@ -111,6 +115,27 @@ def _section(section: Any, fields: dict[str, tuple[str, float]], where: str,
     return None
 
 
+def _share(share: Any, where: str) -> str | None:
+    """What is wrong with a record's ``gpu_share`` (the plugins' variables), or None."""
+    if share is None:
+        return None
+    if not isinstance(share, dict):
+        return f"{where} is not an object"
+    plugins, variables = share.get("plugins"), share.get("variables")
+    if not isinstance(plugins, list) or len(plugins) > len(PLUGINS) or \
+            not all(isinstance(p, str) and p in PLUGINS for p in plugins):  # fmt: skip
+        return f"{where}.plugins is not a list of {', '.join(PLUGINS)}"  # fmt: skip
+    if not isinstance(variables, dict) or len(variables) > MAX_VARIABLES:
+        return f"{where}.variables is not an object of at most {MAX_VARIABLES} variables"
+    for name, value in variables.items():
+        if not kept(name) or not _field(value, "str", MAX_VALUE):
+            return (f"{where}.variables holds a name that is not a GPU share's variable or a "
+                    f"value that is not a string of at most {MAX_VALUE} characters")  # fmt: skip
+    if share.get("source") is not None and not _field(share["source"], "str", 256):
+        return f"{where}.source is not a string of at most 256 characters"
+    return None
+
+
 def problem(record: Any, where: str = "the record", members: bool = True) -> str | None:
     """What is wrong with ``record`` as a usage record, or None."""
     if not isinstance(record, dict):
@@ -132,6 +157,9 @@ def problem(record: Any, where: str = "the record", members: bool = True) -> str
         found = _section(record.get(key), fields, f"{where}.{key}", REQUIRED[key])
         if found:
             return found
+    found = _share(record.get("gpu_share"), f"{where}.gpu_share")
+    if found:
+        return found
     run = record.get("run")
     if run is not None and not (isinstance(run, dict) and isinstance(run.get("id"), str)
                                 and len(run["id"]) <= 256):  # fmt: skip

@@ -27,9 +27,14 @@ def _gpu(gpu: dict[str, Any]) -> str:
             f"{gpu.get('peak_mib')} MiB{cap}")  # fmt: skip
     if gpu.get("ooms"):
         text += f", {gpu['ooms']} allocator OOMs"
+    if gpu.get("peak_pool_mib") not in (None, gpu.get("peak_mib")):
+        text += f", pool {gpu['peak_pool_mib']} MiB at most"
     if gpu.get("process_mib") is not None:
-        text += (f", process {gpu['process_mib']} MiB in NVML incl. CUDA context and "
-                 f"libraries {gpu.get('context_mib')} MiB")  # fmt: skip
+        outside = gpu.get("outside_pool_mib")
+        text += f", process {gpu['process_mib']} MiB in NVML, " + (
+            f"{outside} MiB of it outside the pool (CUDA context and libraries)"
+            if outside is not None else "its pool unknown"
+        )  # fmt: skip
     return text + f" ({gpu.get('source') or 'unknown source'})"
 
 

@@ -12,8 +12,10 @@ from the anchors platform engineers already use (docs/usage.md):
   container (its peak is cut off at the limit, so it says nothing of the need), and VPA's
   +100 MiB after an OOM;
 - ``MIN_MEMORY_MIB`` 250 MiB: VPA's floor, for host and GPU memory; ``MIN_CPU`` 0.1 CPU;
-- ``CONTEXT_MIB`` 512 MiB: the CUDA context and libraries outside a framework's allocator,
-  when NVML did not measure them (the headroom ``MEMORY_LIMIT_MB=auto`` keeps);
+- the GPU share (``gpu_share_mib``): the cap plus the memory outside the allocator's pool
+  (the CUDA context and libraries) NVML measured, with the margin; where it measured none,
+  the framework's headroom ``MEMORY_LIMIT_MB=auto`` keeps below a share (node/headroom.py).
+  Where the runs were under a GPU-sharing plugin, the share also in its terms (``shares``);
 - CPU at the 95th percentile (krr's), memory at the maximum (VPA's and krr's: memory is not
   compressible);
 - ``MIN_CPU_WINDOW_S`` 60 s: no CPU figure is suggested from a shorter run. VPA's
@@ -29,6 +31,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..node.headroom import BASE, NAMES
+from .shares import in_terms, shown
+
 MARGIN = 0.15
 GROW = 1.25
 GROW_MIB = 100
@@ -37,7 +42,6 @@ THROTTLED = 0.05  # throttled in this share of CFS periods or more: the quota is
 MIN_MEMORY_MIB = 250
 MIN_CPU = 0.1
 MIN_CPU_WINDOW_S = 60
-CONTEXT_MIB = 512
 ROUND_MIB = 16  # memory suggestions are whole multiples of this
 CPU_PERCENTILE = 95
 MEMORY_PERCENTILE = 100
@@ -94,7 +98,7 @@ def run_needs(record: dict[str, Any], unfinished_killed: bool = True) -> dict[st
             why.append(f"CPU grows from its quota {cpu.get('quota')} (throttled in "
                        f"{throttled:.1%} of periods)")  # fmt: skip
     return {"gpu_mib": gpu, "memory_mib": memory_need, "cpus": cpu_need, "why": why,
-            "notes": notes, "context_mib": _context(record.get("gpus") or []),
+            "notes": notes, "outside_pool_mib": _outside(record.get("gpus") or []),
             "memory_covers": ((memory.get("scope") or {}).get("covers") or "cgroup")}  # fmt: skip
 
 
@@ -120,10 +124,39 @@ def _gpu_need(gpus: list[dict[str, Any]], why: list[str]) -> float | None:
     return max(len(needs) * max(needs) for needs in by_gpu.values())
 
 
-def _context(gpus: list[dict[str, Any]]) -> float | None:
-    """The largest CUDA context NVML measured beside an allocator, if any."""
-    measured = [g["context_mib"] for g in gpus if g.get("context_mib") is not None]
+def _outside(gpus: list[dict[str, Any]]) -> float | None:
+    """The most NVML measured outside an allocator's pool on one GPU, if any."""
+    measured = [g["outside_pool_mib"] for g in gpus if g.get("outside_pool_mib") is not None]
     return max(measured) if measured else None
+
+
+def _headroom(records: Sequence[dict[str, Any]]) -> tuple[int, str]:
+    """The largest headroom ``MEMORY_LIMIT_MB=auto`` keeps for the runs' frameworks."""
+    used = {gpu.get("framework") for record in records for gpu in record.get("gpus") or []}
+    seen = [module for module, name in NAMES.items() if name in used] or ["tensorflow"]
+    module = max(seen, key=lambda m: BASE[m][0])
+    return BASE[module][0], f"{NAMES[module]}'s headroom below a share ({BASE[module][1]})"
+
+
+def _share(found: dict[str, Any], cap: int, outside: float | None,
+           records: Sequence[dict[str, Any]], runs: str) -> None:  # fmt: skip
+    """The GPU share a device plugin should grant: the cap and what lies outside the pool."""
+    if outside is not None:
+        extra = _up(outside * (1 + MARGIN), ROUND_MIB)
+        how = f"the most NVML measured outside the pool, {outside} MiB over {runs}, +{MARGIN:.0%}"
+    else:
+        extra, why = _headroom(records)
+        how = f"{extra} MiB: nothing measured outside the pool, so {why}"
+    found["gpu_share_mib"] = cap + extra
+    found["sources"]["gpu_share_mib"] = f"MEMORY_LIMIT_MB + {how}"
+    shares = [r["gpu_share"] for r in records if isinstance(r.get("gpu_share"), dict)]
+    terms = in_terms(cap + extra, shares)
+    if terms:
+        found["gpu_share"] = terms
+        found["sources"]["gpu_share"] = (
+            "gpu_share_mib in the terms of each plugin the runs were under (its variables, "
+            "recorded from the process environment)"
+        )
 
 
 def percentile(values: Sequence[float], rank: float) -> float:
@@ -155,7 +188,7 @@ def suggest(
 
     gpu, memory, cpus = at("gpu_mib", memory_percentile), at("memory_mib", memory_percentile), \
         at("cpus", cpu_percentile)  # fmt: skip
-    context = at("context_mib", 100)
+    outside = at("outside_pool_mib", 100)
     runs = f"{len(records)} run{'s' if len(records) != 1 else ''}"
     found: dict[str, Any] = {"env": {}, "resources": {}, "slurm": {}, "sources": {}, "why": why,
                              "notes": notes}  # fmt: skip
@@ -163,15 +196,10 @@ def suggest(
     if gpu is not None:
         cap = _up(max(gpu, MIN_MEMORY_MIB), ROUND_MIB)
         found["env"]["MEMORY_LIMIT_MB"] = str(cap)
-        share = cap + _up(context if context is not None else CONTEXT_MIB, ROUND_MIB)
-        found["gpu_share_mib"] = share
         found["sources"]["MEMORY_LIMIT_MB"] = (
             f"allocator peak per GPU, p{memory_percentile:g} of {runs}, +{MARGIN:.0%}"
         )
-        found["sources"]["gpu_share_mib"] = "MEMORY_LIMIT_MB + " + (
-            "the CUDA context NVML measured" if context is not None
-            else f"{CONTEXT_MIB} MiB for the CUDA context (not measured)"
-        )  # fmt: skip
+        _share(found, cap, outside, records, runs)
     if memory is not None:
         value = f"{_up(memory, ROUND_MIB)}Mi"
         found["resources"]["requests"] = {"memory": value}
@@ -202,6 +230,7 @@ def env_lines(suggestion: dict[str, Any]) -> list[str]:
 def summary(suggestion: dict[str, Any]) -> str:
     """The suggestion in one line: env, resources and Slurm options."""
     parts = [*env_lines(suggestion)]
+    parts += [f"GPU share {p}" for p in shown(suggestion.get("gpu_share") or {})]
     for kind in ("requests", "limits"):
         for name, value in suggestion["resources"].get(kind, {}).items():
             parts.append(f"{kind}.{name}={value}")
