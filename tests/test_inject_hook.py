@@ -129,3 +129,72 @@ def test_an_installed_tfboot_keeps_its_copy(tree: Path, tmp_path: Path) -> None:
     doctor = run(sys.executable, ["-m", "tfboot", "doctor", "--framework", "jax"],
                  str(tree / "hook"), tmp_path)  # fmt: skip
     assert "the image's own tfboot; the injected copy stood down" in doctor.stdout, doctor
+
+
+# Interpreters tfboot does not run on: the hook stands aside (issue: a 3.9 image's
+# `import tensorflow` failed inside tfboot's modules; Python 2.7 printed "'import
+# sitecustomize' failed" at every start). Real CPythons 3.9 and 2.7 from pyenv.
+OLD = """
+import json, sys
+t = sys.modules.get("tfboot")
+print(json.dumps({"tfboot": t is not None, "hooked": any(f is t for f in sys.meta_path),
+                  "image_hook": getattr(sys, "image_hook_ran", False),
+                  "image_path": any(p.endswith("image-path") for p in sys.path)}))
+"""
+
+
+def old_pythons() -> list[str]:
+    """pyenv's CPython 3.9 and 2.7, which tfboot does not run on."""
+    found = sorted(PYENV.glob("3.9.*/bin/python3")) + sorted(PYENV.glob("2.7.*/bin/python2"))
+    return [str(p) for p in found]
+
+
+def test_there_are_old_pythons() -> None:
+    if len(old_pythons()) < 2:
+        unavailable(f"no CPython 3.9 and 2.7 under {PYENV}")
+
+
+@pytest.mark.parametrize("python", old_pythons(), ids=lambda p: Path(p).parents[1].name)
+def test_the_hook_stands_aside_under_an_old_python(
+    python: str, tree: Path, image_lib: Path, tmp_path: Path
+) -> None:
+    """The image's own PYTHONPATH entries and sitecustomize work as without injection; no
+    tfboot module is loaded and no line is printed."""
+    (tmp_path / "env").mkdir()
+    image_path = tmp_path / "image-path"
+    image_path.mkdir()
+    script = tmp_path / "facts.py"
+    script.write_text(OLD)
+    # The record of the image's PYTHONPATH, as inject's init container writes it.
+    root = tmp_path / "root"
+    (root / "env").mkdir(parents=True)
+    (root / "hook").symlink_to(tree / "hook")
+    (root / "site").symlink_to(tree / "site")
+    (root / "env" / "app.pythonpath").write_text(f"{image_lib}:{image_path}\n")
+    env = scenario_env({"PYTHONPATH": str(root / "hook"), "TFBOOT_INJECTED": "app",
+                        "PYTHONDONTWRITEBYTECODE": "1"})  # fmt: skip
+    injected = subprocess.run([python, str(script)], env=env, text=True, capture_output=True,
+                              timeout=60)  # fmt: skip
+    plain = run(python, [str(script)], f"{image_lib}:{image_path}", tmp_path)
+    assert (injected.returncode, injected.stderr) == (0, ""), injected.stderr
+    assert injected.stdout == plain.stdout
+    assert json.loads(injected.stdout) == {
+        "tfboot": False, "hooked": False, "image_hook": True, "image_path": True}  # fmt: skip
+
+
+@pytest.mark.parametrize("python", old_pythons() + bare_pythons()[:1])
+def test_the_pth_way_adds_the_tree_only_where_tfboot_runs(
+    python: str, tree: Path, tmp_path: Path
+) -> None:
+    """``tfboot-inject.pth`` (mounted into an image's site-packages) parses on every Python
+    and adds the tree only under CPython 3.10 and later."""
+    site_dir = tmp_path / "site-packages"
+    site_dir.mkdir()
+    (site_dir / "tfboot-inject.pth").write_text((tree / "tfboot-inject.pth").read_text())
+    code = (
+        f"import site, sys; site.addsitedir({str(site_dir)!r}); print('/tfboot/site' in sys.path)"
+    )
+    done = run(python, ["-c", code], "", tmp_path)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    modern = "/3.1" in python
+    assert done.stdout.strip() == str(modern), done.stdout

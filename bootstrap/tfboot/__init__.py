@@ -68,6 +68,15 @@ def __getattr__(name: str) -> "object":
 # is not configured, and the commands say so.
 STARTED = not sys.flags.no_site and not hasattr(sys.modules["builtins"], "help")
 
+# Why tfboot stands aside in this interpreter ("": it does not): it runs on CPython 3.10 and
+# later, and installs nothing under another (its modules would fail at a framework's import).
+UNSUPPORTED = (
+    ""
+    if sys.implementation.name == "cpython" and sys.version_info >= (3, 10)
+    else f"tfboot runs on CPython 3.10 and later, not {sys.implementation.name} "
+    f"{sys.version_info[0]}.{sys.version_info[1]}: it configures nothing here"
+)
+
 # The package itself is the finder: a class would cost more at every interpreter start.
-if sys.modules[__name__] not in sys.meta_path:
+if not UNSUPPORTED and sys.modules[__name__] not in sys.meta_path:
     sys.meta_path.insert(0, sys.modules[__name__])

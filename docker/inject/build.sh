@@ -26,7 +26,8 @@ make_tree() {
     mkdir -p "$tree/hook" "$tree/env" "$tree/licenses"
     cp "$repo/bootstrap/tfboot/inject/hook.py" "$tree/hook/sitecustomize.py"
     # The .pth way (the annotation tfboot/site-packages): mounted into the image's site-packages.
-    echo 'import site; site.addsitedir("/tfboot/site")' >"$tree/tfboot-inject.pth"
+    # Only under an interpreter tfboot runs on (CPython 3.10 and later); a line any Python parses.
+    echo 'import site, sys; sys.version_info >= (3, 10) and sys.implementation.name == "cpython" and site.addsitedir("/tfboot/site")' >"$tree/tfboot-inject.pth"
     "$python" -m pip install --quiet --disable-pip-version-check --no-deps --no-index \
         --no-compile --target "$tree/site" "$wheels"/*.whl
     rm -rf "$wheels"

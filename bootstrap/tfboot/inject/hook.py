@@ -16,23 +16,36 @@ At interpreter start, after ``site`` has processed the image's own site director
 3. runs the image's own ``sitecustomize`` as ``site`` would have, an error in it reported as
    ``site`` reports one (``usercustomize`` is ``site``'s own next step, untouched).
 
+Under an interpreter tfboot does not run on (CPython before 3.10, Python 2, PyPy) it does
+steps 1 and 3 only: the image's own ``PYTHONPATH`` and ``sitecustomize`` work as without
+injection, and nothing of tfboot's is loaded. So this file parses on Python 2.7 too.
+
 It imports only what ``site`` has loaded, never raises for its own part and never prints.
 """
 
+import io
 import os
 import sys
 
 CONTAINER = "TFBOOT_INJECTED"  # the container's name, set by tfboot inject
+SUPPORTED = (3, 10)  # tfboot's oldest CPython (pyproject.toml's requires-python)
 
 
-def _start() -> None:
+def supported():
+    """True under an interpreter tfboot runs on: CPython 3.10 and later."""
+    implementation = getattr(sys, "implementation", None)
+    name = getattr(implementation, "name", "")
+    return name == "cpython" and tuple(sys.version_info[:2]) >= SUPPORTED
+
+
+def _start():
     hook = os.path.dirname(os.path.abspath(__file__))
     try:
         root = os.path.dirname(hook)
         _restore_pythonpath(root, hook)
         tree = os.path.join(root, "site")
         copy = sys.modules.get("tfboot")
-        if copy is None and os.path.isdir(tree):
+        if copy is None and os.path.isdir(tree) and supported():
             import site
 
             site.addsitedir(tree)
@@ -46,7 +59,7 @@ def _start() -> None:
     _chain(hook)
 
 
-def _restore_pythonpath(root: str, hook: str) -> None:
+def _restore_pythonpath(root, hook):
     """Add the image's own PYTHONPATH entries (recorded at the Pod's start) after the hook.
     The environment is left as it is: a child Python inherits ``TFBOOT_INJECTED`` and
     runs this hook again."""
@@ -54,7 +67,8 @@ def _restore_pythonpath(root: str, hook: str) -> None:
     if not container or "/" in container:
         return
     try:
-        with open(os.path.join(root, "env", container + ".pythonpath"), encoding="utf-8") as f:
+        record = os.path.join(root, "env", container + ".pythonpath")
+        with io.open(record, encoding="utf-8") as f:  # Python 2's open has no encoding
             value = f.read().strip("\n")
     except OSError:
         return
@@ -70,7 +84,7 @@ def _restore_pythonpath(root: str, hook: str) -> None:
             at += 1
 
 
-def _chain(hook: str) -> None:
+def _chain(hook):
     """Import the image's own ``sitecustomize``, as ``site.execsitecustomize`` does. The
     import of this module ends by reading ``sys.modules["sitecustomize"]``: the image's module
     is left there, else this one."""
@@ -80,15 +94,16 @@ def _chain(hook: str) -> None:
         try:
             import sitecustomize  # noqa: F401  (the image's own, found past this folder)
         except ImportError as exc:
-            if exc.name != "sitecustomize":
+            if getattr(exc, "name", "sitecustomize") != "sitecustomize":
                 raise
     except Exception as err:
         if sys.flags.verbose:
             sys.excepthook(*sys.exc_info())
         else:
             sys.stderr.write(
-                "Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
-                f"{err.__class__.__name__}: {err}\n"
+                "Error in sitecustomize; set PYTHONVERBOSE for traceback:\n{}: {}\n".format(
+                    err.__class__.__name__, err
+                )
             )
     finally:
         if this is not None:
