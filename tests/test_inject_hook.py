@@ -198,3 +198,40 @@ def test_the_pth_way_adds_the_tree_only_where_tfboot_runs(
     assert done.returncode == 0 and done.stderr == "", done.stderr
     modern = "/3.1" in python
     assert done.stdout.strip() == str(modern), done.stdout
+
+
+@pytest.fixture(scope="module", params=["0.15.0", "1.2.1"])
+def image_dotenv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An image's own python-dotenv, old (0.15: no ``dotenv.variables``) or new, installed
+    from the index as an image would have it."""
+    target = tmp_path_factory.mktemp(f"dotenv-{request.param}")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                    str(target), f"python-dotenv=={request.param}"], check=True,
+                   capture_output=True)  # fmt: skip
+    return target
+
+
+ENV_FILE = """
+import json, sys, dotenv
+import tfboot
+settings = tfboot.resolve()
+print(json.dumps([settings.memory_limit_mb, dotenv.__file__]))
+"""
+
+
+def test_the_images_own_python_dotenv_never_breaks_tfboot(
+    tree: Path, image_dotenv: Path, tmp_path: Path
+) -> None:
+    """``TFBOOT_ENV_FILE`` is read with the tree's python-dotenv; the app's ``import dotenv``
+    still gets the image's own."""
+    env_file = tmp_path / "tfboot.env"
+    env_file.write_text("MEMORY_LIMIT_MB=2048\n")
+    python = bare_pythons()[0]
+    path = f"{tree / 'hook'}:{image_dotenv}"
+    env = scenario_env({"PYTHONPATH": path, "TFBOOT_ENV_FILE": str(env_file),
+                        "PYTHONDONTWRITEBYTECODE": "1"})  # fmt: skip
+    done = subprocess.run([python, "-c", ENV_FILE], env=env, text=True, capture_output=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    limit, used = json.loads(done.stdout)
+    assert limit == 2048 and used == str(image_dotenv / "dotenv" / "__init__.py")

@@ -12,12 +12,17 @@ they give line numbers, and the names of unknown keys that look like variable na
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import io
 import os
 import re
 import stat
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 from .errors import ConfigError, Problem
 
@@ -117,6 +122,43 @@ class FileValue:
     interpolated: bool
 
 
+PRIVATE = "tfboot._dotenv"  # python-dotenv from beside tfboot, when the path has another
+
+
+def _dotenv(part: str) -> ModuleType:
+    """python-dotenv's ``part`` (``parser``, ``variables``): the copy installed beside tfboot
+    (pip resolved it for tfboot; the injected tree carries one), loaded under a private name
+    when the path would give another (an image's own, older one); else the path's. Either
+    must have what tfboot reads (python-dotenv 1.0 and later), or it is a problem naming
+    ``TFBOOT_ENV_FILE``."""
+    beside = Path(__file__).resolve().parent.parent / "dotenv"
+    found = importlib.util.find_spec("dotenv")
+    ours = found is not None and found.origin and Path(found.origin).resolve().parent == beside
+    try:
+        if ours or not (beside / "__init__.py").is_file():
+            return importlib.import_module(f"dotenv.{part}")
+        if PRIVATE not in sys.modules:
+            spec = importlib.util.spec_from_file_location(
+                PRIVATE, beside / "__init__.py", submodule_search_locations=[str(beside)]
+            )
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[PRIVATE] = module
+            spec.loader.exec_module(module)
+        return importlib.import_module(f"{PRIVATE}.{part}")
+    except ImportError as exc:
+        where = found.origin if found is not None else "none found"
+        raise ConfigError(
+            Problem(
+                VARIABLE,
+                None,
+                f"reading it needs python-dotenv 1.0 or later, and the "
+                f"python-dotenv found ({where}) has no dotenv.{part} ({exc})",
+                "install python-dotenv 1.0 or later beside tfboot",
+            )
+        ) from None
+
+
 def _interpolate(
     values: list[tuple[str, str, int]], env: Mapping[str, str]
 ) -> dict[str, FileValue]:
@@ -124,7 +166,8 @@ def _interpolate(
 
     As python-dotenv does, a key set earlier in the file wins over ``env``.
     """
-    from dotenv.variables import Variable, parse_variables
+    variables = _dotenv("variables")
+    Variable, parse_variables = variables.Variable, variables.parse_variables
 
     resolved: dict[str, FileValue] = {}
     for key, raw, line in values:
@@ -139,8 +182,7 @@ def read_env_file(
     path: str, allowed: frozenset[str], env: Mapping[str, str]
 ) -> dict[str, FileValue]:
     """The variables set in ``path``, ``${VAR}`` read from ``env``; every key in ``allowed``."""
-    from dotenv.parser import parse_stream
-
+    parse_stream = _dotenv("parser").parse_stream
     text = _text(path, _read_bytes(path))
     bad: list[str] = []  # lines that are not KEY=VALUE: named by number only
     odd: list[str] = []  # lines whose key does not look like a name: not quoted
