@@ -213,18 +213,18 @@ spec:
 
 def test_memory_from_a_dra_claim_is_carried_and_taken_back() -> None:
     """NVIDIA's DRA driver keeps the MPS limit on its daemon: ``auto`` finds nothing in the
-    container, so inject writes the claim's limit minus the CUDA context's 512 MiB."""
+    container, so inject writes the claim's limit minus TensorFlow's 1536 MiB of headroom."""
     claims = (TESTDATA / "dra" / "claims.yaml").read_text()
     text = DRA_POD + "---\n" + claims
     out = inject(text, "--memory-from-claims")
     (pod,) = pods(out)
-    assert env(pod["containers"][0])["MEMORY_LIMIT_MB"] == str(10 * 1024 - 512)
+    assert env(pod["containers"][0])["MEMORY_LIMIT_MB"] == str(10 * 1024 - 1536)
     assert tfboot("uninject", "-", stdin=out).stdout == text
     assert env(pods(inject(text))[0]["containers"][0])["MEMORY_LIMIT_MB"] == "auto"
     unset = text.replace("      env:\n        - name: MEMORY_LIMIT_MB\n          value: auto\n", "")
     out = inject(unset, "--memory-from-claims")
-    assert env(pods(out)[0]["containers"][0])["MEMORY_LIMIT_MB"] == "9728"
+    assert env(pods(out)[0]["containers"][0])["MEMORY_LIMIT_MB"] == "8704"
     assert tfboot("uninject", "-", stdin=out).stdout == unset
     own = text.replace("value: auto", 'value: "12000"')
     done = tfboot("inject", "--image", IMAGE, "--memory-from-claims", "-", stdin=own)
-    assert "MEMORY_LIMIT_MB is the container's own" in done.stderr and "at most 9728" in done.stderr
+    assert "MEMORY_LIMIT_MB is the container's own" in done.stderr and "at most 8704" in done.stderr

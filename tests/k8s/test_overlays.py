@@ -25,6 +25,7 @@ from kustomize import (
     set_literal,
 )
 from tfboot.manifests import Report, check_text, container_env, gpu_grant
+from tfboot.node.headroom import headroom
 from tfboot.settings import resolve
 
 pytestmark = pytest.mark.k8s
@@ -175,7 +176,8 @@ def test_hami_cap_without_headroom_warns(kubectl: str, tmp_path: Path) -> None:
 
 
 def test_gpushare_literal_sets_share_and_the_cap_follows(kubectl: str, tmp_path: Path) -> None:
-    """One literal: the resource, and (through the plugin's env, MEMORY_LIMIT_MB=auto) the cap."""
+    """One literal: the resource, and (through the plugin's env, MEMORY_LIMIT_MB=auto) the cap:
+    the share minus TensorFlow's headroom, which an advisory share keeps too."""
     text, container = render_with(
         kubectl, tmp_path, "shared-gpu-gpushare", "share.env", GPU_MEMORY_GIB="4"
     )
@@ -185,7 +187,8 @@ def test_gpushare_literal_sets_share_and_the_cap_follows(kubectl: str, tmp_path:
     grant = gpu_grant(limits)
     assert grant.plugin_env == {"ALIYUN_COM_GPU_MEM_CONTAINER": "4"}
     plain = {k: v for k, v in env_of(container).items() if isinstance(v, str)}
-    assert resolve({**plain, **grant.plugin_env}).memory_limit_mb == 4096
+    cap = 4096 - headroom("tensorflow").mib
+    assert resolve({**plain, **grant.plugin_env}).memory_limit_mb == cap == 2560
     assert check(text).findings == []
 
 
@@ -209,4 +212,4 @@ def test_checker_sees_the_env_the_plugin_adds(rendered_docs: dict[str, list[dict
     grant = gpu_grant(container.resources("limits"))
     env = container_env(container, grant, Report())
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8192m"
-    assert resolve(env).memory_limit_mb == 7168
+    assert resolve(env).memory_limit_mb == 6656

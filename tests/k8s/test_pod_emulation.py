@@ -23,6 +23,7 @@ from container_runs import DOCTOR_CMD, QUIET_TF, Outcome
 from kustomize import OVERLAYS, copy_k8s, documents, render_text, set_literal
 from testcontainers.core.container import DockerContainer
 from tfboot.manifests import gpu_grant, quantity
+from tfboot.node.headroom import headroom
 
 pytestmark = [pytest.mark.docker, pytest.mark.k8s]
 
@@ -116,7 +117,8 @@ def start(image: str, run: PodRun, command: list[str]) -> Outcome:
 
 
 def expected_cap(run: PodRun) -> int | None:
-    """MEMORY_LIMIT_MB as the manifest sets it: a number, or the plugin's share under auto."""
+    """MEMORY_LIMIT_MB as the manifest sets it: a number, or under auto the plugin's share
+    minus TensorFlow's headroom (NCCL's too with several GPUs)."""
     value = run.env.get("MEMORY_LIMIT_MB")
     if value is None:
         return None
@@ -124,7 +126,8 @@ def expected_cap(run: PodRun) -> int | None:
         return int(value)
     grant = gpu_grant(run.limits)
     assert grant.share_mib is not None, "auto needs a share"
-    return grant.share_mib
+    nccl = "several GPUs" if grant.count > 1 else ""
+    return grant.share_mib - headroom("tensorflow", nccl).mib
 
 
 def expect_doctor(run: PodRun, outcome: Outcome) -> None:

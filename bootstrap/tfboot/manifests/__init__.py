@@ -7,7 +7,8 @@ StatefulSet, DaemonSet, ReplicaSet, ReplicationController), rebuilds every conta
 environment the way the kubelet and the GPU device plugin would, and runs tfboot's own
 parser and planner on it (``settings.resolve``, ``plan.make_plan``): one parser, no copy.
 DRA ResourceClaims and ResourceClaimTemplates in the inputs give their containers GPUs
-and, under NVIDIA's MPS sharing, the memory limit the cap must stay below.
+and, under NVIDIA's MPS sharing, the memory limit the cap must stay below; KAI Scheduler's
+annotations (``gpu-memory``, ``gpu-fraction``) give a share of a GPU to one container.
 
 Input: files or ``-`` (stdin), multi-document YAML or JSON (a ``List`` too). JSON needs
 nothing extra; YAML needs PyYAML (``pip install 'tfboot[manifests]'``), imported only here.
@@ -18,9 +19,10 @@ cannot be read at all, else 0.
 
 This module is the command line. The rest of the package: ``documents`` (reading inputs),
 ``workloads`` (Pod templates, containers, GPU grants), ``claims`` (DRA claims and their MPS
-limits), ``dracaps`` (the cap each container needs under one), ``environment`` (a container's env),
-``variables`` and ``hardening`` (the checks), ``checker`` (running them), ``rules`` and
-``report`` (the rule table, findings and output).
+limits), ``dracaps`` (the cap each container needs under one), ``kai`` and ``kaishares`` (KAI
+Scheduler's shares and their findings), ``headroom`` (what a cap keeps below a share),
+``environment`` (a container's env), ``variables`` and ``hardening`` (the checks),
+``checker`` (running them), ``rules`` and ``report`` (the rule table, findings and output).
 """
 
 from __future__ import annotations

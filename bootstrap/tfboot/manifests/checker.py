@@ -9,9 +9,10 @@ from .cluster import check_cluster
 from .documents import DocumentError, parse_documents, read_source
 from .hardening import check_image, check_resources, check_security
 from .injected import check_injected
+from .kai import kai_share
 from .report import Report
 from .variables import check_tfboot
-from .workloads import Container, configmaps, containers, workloads
+from .workloads import Container, configmaps, containers, workload_templates
 
 CONTAINER_CHECKS = (check_resources, check_security, check_image, check_tfboot, check_injected)
 # What a field of an unexpected type raises; it is a finding, not a crash.
@@ -33,8 +34,9 @@ def check_text(file: str, text: str, report: Report) -> None:
     try:
         maps = configmaps(docs)
         claims = read_claims(docs)
-        for obj, group, pod in workloads(docs):
+        for obj, group, template in workload_templates(docs):
             objects.add(obj)
+            pod = template["spec"]
             if not pod.get("containers"):
                 report.add(
                     (file, obj, group or "-"),
@@ -42,7 +44,7 @@ def check_text(file: str, text: str, report: Report) -> None:
                     "the Pod template has no containers: the API server refuses it",
                     "list the training container under spec.containers",
                 )
-            for container in containers(file, obj, pod, maps, group, claims):
+            for container in containers(file, obj, pod, maps, group, claims, kai_share(template)):
                 report.containers += 1
                 for check in CONTAINER_CHECKS:
                     _run_check(check, container, report)

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..node.deviceplugin import HARD_HEADROOM_MB, MPS_PIPE
+from ..node.deviceplugin import MPS_PIPE
 from ..values import quote
 from .documents import quantity
 
@@ -68,13 +68,6 @@ class ClaimGrant:
     limit: MpsLimit | None = None  # the smallest MPS limit among them
     missing: tuple[str, ...] = ()  # claims it takes that the inputs do not hold ("Kind/name")
     invalid: tuple[str, ...] = ()  # MPS limits that are no quantity the driver reads
-
-    @property
-    def cap_mib(self) -> int | None:
-        """``MEMORY_LIMIT_MB`` below the limit: the limit minus the CUDA context's headroom;
-        None without a limit, or when the limit leaves no room for a cap."""
-        cap = self.limit.mib - HARD_HEADROOM_MB if self.limit else 0
-        return cap if cap > 0 else None
 
     def env(self) -> dict[str, str]:
         """What the driver sets in the container: the MPS pipe directory, never the limit."""

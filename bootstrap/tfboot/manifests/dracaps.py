@@ -11,7 +11,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .claims import ClaimIndex, read_claims
-from .workloads import containers, workloads
+from .environment import container_env
+from .headroom import advice
+from .report import Report
+from .workloads import Container, container_grant, containers, workloads
+
+
+def container_mps_cap(container: Container, env: Mapping[str, str]) -> int | None:
+    """``MEMORY_LIMIT_MB`` under the container's MPS limit: the limit minus the headroom
+    (``headroom.advice``: the container's ``MEMORY_HEADROOM_MB``, else TensorFlow's, with
+    NCCL's where it gets several GPUs or sets ``DISTRIBUTED``). None without a limit, or
+    when the limit leaves no room for a cap."""
+    limit = container.dra.limit
+    if limit is None:
+        return None
+    return advice(env, container_grant(container).count).cap(limit.mib)
 
 
 def pod_mps_caps(pod: Mapping[str, Any], claims: ClaimIndex) -> dict[str, int]:
@@ -21,9 +35,10 @@ def pod_mps_caps(pod: Mapping[str, Any], claims: ClaimIndex) -> dict[str, int]:
     """
     found: dict[str, int] = {}
     for container in containers("", "", dict(pod), {}, claims=claims):
-        cap = container.dra.cap_mib
+        env = container_env(container, container_grant(container), Report())
+        cap = container_mps_cap(container, env)
         if cap is not None:
-            found[str(container.spec.get("name", "?"))] = cap
+            found[container.name] = cap
     return found
 
 
@@ -36,10 +51,11 @@ def mps_caps(docs: Sequence[Any]) -> dict[tuple[str, str, str], int]:
     kinds; a JobSet's replicatedJob, a TFJob's replica type), as ``workloads.workloads``
     yields them. The value is the smallest limit among the claim requests the container
     takes (``defaultPinnedDeviceMemoryLimit`` or any ``defaultPerDevicePinnedMemoryLimit``,
-    in MiB rounded down, as the driver sets it) minus ``HARD_HEADROOM_MB`` (512) for the
-    CUDA context. Left out: containers with no such claim, whose claim the inputs do not
-    hold, or whose limit is 512 MiB or less (no cap fits: ``tfboot manifests`` says so).
-    Reads only; the documents are not changed.
+    in MiB rounded down, as the driver sets it) minus the headroom of
+    ``container_mps_cap``: 1536 MiB (TensorFlow's, the largest), 2560 with NCCL, or the
+    container's ``MEMORY_HEADROOM_MB``. Left out: containers with no such claim, whose
+    claim the inputs do not hold, or whose limit is at or below that headroom (no cap
+    fits: ``tfboot manifests`` says so). Reads only; the documents are not changed.
     """
     claims = read_claims(docs)
     found: dict[tuple[str, str, str], int] = {}

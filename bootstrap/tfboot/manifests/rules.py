@@ -5,9 +5,11 @@ An error fails the run, a warning fails it under ``--strict``, a note never does
 
 from __future__ import annotations
 
+from ..node.headroom import BASE, NCCL_MIB
+
 ERROR, WARNING, NOTE = "error", "warning", "note"
-# Below a hard share, TensorFlow's cap must leave this much for the CUDA context and libraries.
-MIN_HEADROOM_MIB = 512
+# The smallest headroom any framework keeps below a share (headroom.Advice.least).
+LEAST_MIB = min(mib for mib, _why in BASE.values())
 
 RULES: dict[str, tuple[str, str]] = {
     "unreadable": (ERROR, "the input is not valid YAML or JSON"),
@@ -18,8 +20,14 @@ RULES: dict[str, tuple[str, str]] = {
     "env-not-string": (ERROR, "an env value is not a string"),
     "memory-auto-without-share": (ERROR, "MEMORY_LIMIT_MB=auto with no GPU-sharing resource"),
     "gpu-memory-over-share": (ERROR, "TensorFlow's GPU memory exceeds the GPU share granted"),
-    "gpu-memory-no-headroom": (WARNING, f"under {MIN_HEADROOM_MIB} MiB left below a hard share"),
-    "share-without-cap": (ERROR, "an advisory GPU share (gpushare) without MEMORY_LIMIT_MB"),
+    "gpu-memory-no-headroom": (
+        WARNING,
+        f"under {LEAST_MIB} MiB ({LEAST_MIB + NCCL_MIB} with NCCL) left below a hard share",
+    ),
+    "share-below-headroom": (ERROR, "MEMORY_LIMIT_MB=auto under a share at or below the headroom"),
+    "share-without-cap": (ERROR, "a share nothing may enforce (gpushare, KAI) without a cap"),
+    "kai-share-cap": (NOTE, "the cap MEMORY_LIMIT_MB=auto takes under a KAI Scheduler share"),
+    "kai-annotation-invalid": (ERROR, "KAI Scheduler GPU-sharing annotations its binder refuses"),
     "dra-mps-memory-auto": (ERROR, "MEMORY_LIMIT_MB=auto under a DRA MPS limit (not in the env)"),
     "dra-claim-not-found": (NOTE, "a DRA claim not in the inputs: its MPS limit is not checked"),
     "visible-gpu-out-of-range": (ERROR, "a VISIBLE_GPU index the GPU resources do not grant"),

@@ -16,13 +16,16 @@ from ..adapters.tensorflow import make_plan
 from ..budget import NO_LIMIT, make_budget
 from ..errors import ConfigError, Problem
 from ..node.cpu import CpuBudget
-from ..node.deviceplugin import HARD_HEADROOM_MB, PLUGINS
+from ..node.deviceplugin import PLUGINS, auto_without_share
+from ..node.headroom import VARIABLE as HEADROOM
 from ..node.nccl import SHM
 from ..settings import CONTRACT, CONTROL, DISABLE, MAX_CPU_THREADS, Settings, disabled, resolve
 from .documents import quantity
+from .dracaps import container_mps_cap
 from .environment import container_env
+from .headroom import Advice, advice
+from .kaishares import check_kai, kai_plan_env, report_kai_elsewhere
 from .report import Report
-from .rules import MIN_HEADROOM_MIB
 from .workloads import Container, GpuGrant, container_grant
 
 ACCEPTED = {variable.name: variable.accepted for variable in CONTRACT + CONTROL}
@@ -38,26 +41,42 @@ def _share_resources() -> str:
     return " or ".join(f"{p.resource} ({p.name})" for p in PLUGINS if p.resource)
 
 
-def _is_auto_without_plugin(problem: Problem) -> bool:
-    return problem.variable == "MEMORY_LIMIT_MB" and str(problem.value).strip().lower() == "auto"
+def _is_auto_without_share(problem: Problem, env: Mapping[str, str]) -> bool:
+    """The problem ``auto`` gives when no plugin variable is set (``auto_without_share``)."""
+    return problem.variable == "MEMORY_LIMIT_MB" and problem.accepted == auto_without_share(env)[0]
 
 
-def _report_auto(container: Container, report: Report) -> None:
+def _is_share_below_headroom(problem: Problem) -> bool:
+    """The problem ``auto`` gives under a share at or below the framework's headroom."""
+    return (
+        problem.variable == "MEMORY_LIMIT_MB"
+        and problem.value == "auto"
+        and " at or below " in problem.accepted
+    )
+
+
+def _other_rooms(room: Advice) -> str:
+    """What the other frameworks keep, after a message on TensorFlow's headroom."""
+    others = [f"{names} keep {mib} MiB" for names, mib in room.rooms[1:]]
+    return f" ({', '.join(others)})" if others and not room.given else ""
+
+
+def _report_auto(container: Container, env: Mapping[str, str], report: Report) -> None:
     """``MEMORY_LIMIT_MB=auto`` that finds nothing: under a DRA MPS claim, the cap to write."""
     dra = container.dra
+    room = advice(env, container_grant(container).count)
     if dra.limit is not None:
-        cap = dra.cap_mib
+        cap = container_mps_cap(container, env)
         report.add(
             container.where,
             "dra-mps-memory-auto",
             f"MEMORY_LIMIT_MB=auto finds no limit in this container: NVIDIA's DRA driver sets "
             f"the MPS limit of {dra.limit.where} ({dra.limit.mib} MiB) on the MPS control "
             "daemon and hands the container only CUDA_MPS_PIPE_DIRECTORY",
-            f"set MEMORY_LIMIT_MB to {cap} (the limit minus {HARD_HEADROOM_MB} MiB of headroom "
-            "for the CUDA context)"
+            f"set MEMORY_LIMIT_MB to {cap} (the limit minus {room.shown()})"
             if cap
-            else f"raise the limit above {HARD_HEADROOM_MB} MiB, and set MEMORY_LIMIT_MB to "
-            f"the limit minus {HARD_HEADROOM_MB}",
+            else f"raise the limit above {room.shown()}, and set MEMORY_LIMIT_MB to the "
+            f"limit minus {room.room.mib}",
         )
     elif dra.gpus or dra.missing:
         report.add(
@@ -67,8 +86,10 @@ def _report_auto(container: Container, report: Report) -> None:
             "container, and NVIDIA's DRA driver sets none there (an MPS limit stays on the "
             "MPS control daemon)",
             "give MEMORY_LIMIT_MB in MiB; under MPS, the claim's defaultPinnedDeviceMemoryLimit "
-            f"minus {HARD_HEADROOM_MB}",
+            f"minus {room.shown()}",
         )
+    elif container.kai is not None:
+        report_kai_elsewhere(container, report)
     else:
         report.add(
             container.where,
@@ -79,10 +100,20 @@ def _report_auto(container: Container, report: Report) -> None:
         )
 
 
-def _report_problems(container: Container, problems: Sequence[Problem], report: Report) -> None:
+def _report_problems(
+    container: Container, problems: Sequence[Problem], env: Mapping[str, str], report: Report
+) -> None:
     for problem in problems:
-        if _is_auto_without_plugin(problem):
-            _report_auto(container, report)
+        if _is_auto_without_share(problem, env):
+            _report_auto(container, env, report)
+        elif _is_share_below_headroom(problem):
+            report.add(
+                container.where,
+                "share-below-headroom",
+                _without_hint(problem)
+                + _other_rooms(advice(env, container_grant(container).count)),
+                problem.hint or f"ask for a larger share, or set {HEADROOM} lower",
+            )
         else:
             accepted = ACCEPTED.get(problem.variable, "")
             hint = problem.hint or (f"accepted: {accepted}" if accepted else "")
@@ -99,7 +130,7 @@ def _resolve(
     try:
         return resolve(env), env
     except ConfigError as exc:
-        _report_problems(container, exc.problems, report)
+        _report_problems(container, exc.problems, env, report)
         invalid = {p.variable for p in exc.problems}
     rest = {k: v for k, v in env.items() if k not in invalid}
     try:
@@ -155,48 +186,87 @@ def _plan_hint(rule: str, grant: GpuGrant) -> str:
     }.get(rule, "")
 
 
-def _check_share(container: Container, plan: Plan, grant: GpuGrant, report: Report) -> None:
-    """TensorFlow's GPU memory against the share the resources grant."""
-    if grant.share_mib is None or not grant.count:
-        return
-    used = [sum(sizes) for sizes in plan.logical_mb.values()]
+def _share_text(grant: GpuGrant) -> str:
+    """The share as messages name it: "8192 MiB per GPU (nvidia.com/gpumem)"."""
     resource = grant.source or next(
         (p.resource for p in PLUGINS if p.key == grant.plugin), "the MIG profile"
     )
-    share = f"{grant.share_mib} MiB per GPU ({resource})"
-    cap = grant.share_mib - MIN_HEADROOM_MIB
-    raise_it = "the claim's MPS limit" if grant.plugin == "dra-mps" else "the share"
-    if not used:
-        if not grant.hard:
-            report.add(
-                container.where,
-                "share-without-cap",
-                f"a gpushare share of {share} is not enforced, and TensorFlow has no cap: "
-                "it will take the whole GPU",
-                "set MEMORY_LIMIT_MB=auto (the share) or a number of MiB within it",
-            )
+    return f"{grant.share_mib} MiB per GPU ({resource})"
+
+
+def _raise_it(grant: GpuGrant) -> str:
+    return {"dra-mps": "the claim's MPS limit", "kai": "KAI's gpu-memory"}.get(
+        grant.plugin, "the share"
+    )
+
+
+def _check_uncapped(
+    container: Container, grant: GpuGrant, env: Mapping[str, str], report: Report
+) -> None:
+    """No cap at all under a share nothing may enforce (gpushare's; KAI's under gpusharing)."""
+    if env.get("MEMORY_LIMIT_MB", "").strip():
+        return  # given, but invalid or too large for the share: reported as such
+    if grant.plugin == "kai" and container.kai is not None:
+        report.add(
+            container.where,
+            "share-without-cap",
+            f"KAI Scheduler shares a GPU ({container.kai.asked()}), and TensorFlow has no cap: "
+            "under KAI's gpusharing mode nothing enforces the share and TensorFlow takes the "
+            "whole GPU; under nvfractions the container is killed past its share",
+            "set MEMORY_LIMIT_MB=auto (the share minus the headroom) or a number of MiB within it",
+        )
+    elif grant.share_mib is not None and not grant.hard:
+        report.add(
+            container.where,
+            "share-without-cap",
+            f"a gpushare share of {_share_text(grant)} is not enforced, and TensorFlow has no "
+            "cap: it will take the whole GPU",
+            "set MEMORY_LIMIT_MB=auto (the share minus the headroom) or a number of MiB within it",
+        )
+
+
+def _check_share(
+    container: Container,
+    plan: Plan,
+    grant: GpuGrant,
+    env: Mapping[str, str],
+    room: Advice,
+    report: Report,
+) -> None:
+    """TensorFlow's GPU memory against the share the resources grant: within it, and below
+    it by the headroom (``room``: an advised cap keeps ``room.room``; less than
+    ``room.least`` left is a warning)."""
+    if not grant.count:
         return
-    top = max(used)
-    if top > grant.share_mib:
+    used = [sum(sizes) for sizes in plan.logical_mb.values()]
+    if not used:
+        _check_uncapped(container, grant, env, report)
+        return
+    if grant.share_mib is None:
+        return
+    top, share = max(used), grant.share_mib
+    cap = room.cap(share)
+    if top > share:
         report.add(
             container.where,
             "gpu-memory-over-share",
             f"TensorFlow gets {top} MiB per GPU (MEMORY_LIMIT_MB/VIRTUAL_SPLIT), "
-            f"more than the share of {share}",
-            f"lower MEMORY_LIMIT_MB to at most {cap}, or raise {raise_it}"
-            if cap > 0
-            else f"raise {raise_it} above {MIN_HEADROOM_MIB} MiB",
+            f"more than the share of {_share_text(grant)}",
+            f"lower MEMORY_LIMIT_MB to at most {cap} (the share minus {room.shown()}), or "
+            f"raise {_raise_it(grant)}"
+            if cap
+            else f"raise {_raise_it(grant)} above {room.shown()}",
         )
-    elif grant.hard and grant.share_mib - top < MIN_HEADROOM_MIB:
+    elif grant.hard and share - top < room.least:
         report.add(
             container.where,
             "gpu-memory-no-headroom",
-            f"TensorFlow gets {top} MiB per GPU under a hard share of {share}: "
-            f"{grant.share_mib - top} MiB left for the CUDA context, cuDNN and cuBLAS, "
-            "which live outside the cap",
-            f"set MEMORY_LIMIT_MB to {cap} or less (1 GiB of headroom is safer)"
-            if cap > 0
-            else f"raise {raise_it} above {MIN_HEADROOM_MIB} MiB",
+            f"TensorFlow gets {top} MiB per GPU under a hard share of {_share_text(grant)}: "
+            f"{share - top} MiB left for the CUDA context, cuDNN, cuBLAS and NCCL, which live "
+            f"outside the cap, less than the {room.least} MiB any framework needs",
+            f"set MEMORY_LIMIT_MB to {cap} or less (the share minus {room.shown()})"
+            if cap
+            else f"raise {_raise_it(grant)} above {room.shown()}",
         )
 
 
@@ -262,7 +332,9 @@ def _check_shm(container: Container, settings: Settings, grant: GpuGrant, report
     )
 
 
-def _check_claims(container: Container, env: Mapping[str, str], report: Report) -> None:
+def _check_claims(
+    container: Container, env: Mapping[str, str], room: Advice, report: Report
+) -> None:
     """The DRA claims' MPS limits that cannot be read, or are not in the inputs."""
     dra = container.dra
     for text in dra.invalid:
@@ -281,15 +353,17 @@ def _check_claims(container: Container, env: Mapping[str, str], report: Report) 
             "is not checked against MEMORY_LIMIT_MB",
             "check the claim with the workload (render both into one input), or keep "
             "MEMORY_LIMIT_MB at most its defaultPinnedDeviceMemoryLimit minus "
-            f"{HARD_HEADROOM_MB} MiB",
+            f"{room.shown()}",
         )
 
 
 def check_tfboot(container: Container, report: Report) -> None:
-    """The tfboot variables against the resources the container gets (limits, DRA claims)."""
+    """The tfboot variables against the resources the container gets (limits, DRA claims,
+    a KAI Scheduler share)."""
     grant = container_grant(container)
     env = container_env(container, grant, report)
-    _check_claims(container, env, report)
+    room = advice(env, grant.count)
+    _check_claims(container, env, room, report)
     try:
         if disabled(env):
             report.add(
@@ -301,13 +375,14 @@ def check_tfboot(container: Container, report: Report) -> None:
             return
     except ConfigError:
         pass  # reported by resolve below
-    resolved = _resolve(container, env, report)
+    check_kai(container, env, room, report)
+    resolved = _resolve(container, kai_plan_env(container, env, room), report)
     if resolved is None:
         return
-    settings, env = resolved
+    settings, planned = resolved
     _check_threads(container, settings, report)
     _check_host_memory(container, settings, report)
     _check_shm(container, settings, grant, report)
-    plan = _plan(container, settings, grant, env, report)
+    plan = _plan(container, settings, grant, planned, report)
     if plan is not None:
-        _check_share(container, plan, grant, report)
+        _check_share(container, plan, grant, env, room, report)

@@ -6,8 +6,9 @@ TFJob one per replica type, each named by that group (``worker/train``). Any oth
 for every ``template.spec.containers`` it holds, each checked like the known ones and
 named by the key or list item that holds it (``pytorchReplicaSpecs.Worker``).
 
-A container's GPUs come from its limits (device plugins) and from the DRA claims it takes
-(``claims``): ``container_grant`` joins the two.
+A container's GPUs come from its limits (device plugins), from the DRA claims it takes
+(``claims``), and from a KAI Scheduler share its Pod asks for (``kai``):
+``container_grant`` joins them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 from ..node.deviceplugin import PLUGINS
 from .claims import ClaimGrant, ClaimIndex, claim_grant
 from .documents import quantity
+from .kai import KaiShare
 
 # Where each built-in kind holds its Pod template (metadata and spec); a Pod is its own.
 TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
@@ -45,7 +47,8 @@ class GpuGrant:
 
     count: int = 0
     share_mib: int | None = None  # GPU memory granted per GPU
-    plugin: str = ""  # a device plugin's key (node.deviceplugin.PLUGINS), "mig", "dra-mps", or ""
+    # a device plugin's key (node.deviceplugin.PLUGINS), "mig", "dra-mps", "kai", or ""
+    plugin: str = ""
     hard: bool = False  # the share is enforced (HAMi, MIG, MPS); gpushare's is advisory
     plugin_env: dict[str, str] = field(default_factory=dict)
     source: str = ""  # where the share is set, when not a resource of the limits
@@ -94,6 +97,17 @@ class Container:
     where: tuple[str, str, str]
     configmaps: Mapping[str, Mapping[str, str]]
     dra: ClaimGrant = field(default_factory=ClaimGrant)
+    kai: KaiShare | None = None  # the Pod's KAI share (for this container or another)
+
+    @property
+    def name(self) -> str:
+        return str(self.spec.get("name", "?"))
+
+    def kai_share(self) -> KaiShare | None:
+        """The KAI share this container gets; None when it gets none, or the Pod's
+        annotations are invalid."""
+        kai = self.kai
+        return kai if kai is not None and kai.container == self.name and kai.devices else None
 
     def resources(self, kind: str) -> dict[str, Any]:
         value = (self.spec.get("resources") or {}).get(kind) or {}
@@ -114,7 +128,7 @@ def container_grant(container: Container) -> GpuGrant:
     A claim the inputs do not hold may bring a GPU: with no other GPU, the container is
     planned with one, so its GPU settings are not taken for settings without a GPU.
     """
-    grant = gpu_grant(container.resources("limits"))
+    grant = _with_kai(gpu_grant(container.resources("limits")), container.kai_share())
     dra = container.dra
     gpus = dra.gpus or (1 if dra.missing and not grant.count else 0)
     if not gpus:
@@ -124,6 +138,16 @@ def container_grant(container: Container) -> GpuGrant:
         return replace(grant, count=grant.count + gpus, plugin_env=env)
     source = f"the MPS limit of {dra.limit.where}"
     return GpuGrant(grant.count + gpus, dra.limit.mib, "dra-mps", True, env, source)
+
+
+def _with_kai(grant: GpuGrant, kai: KaiShare | None) -> GpuGrant:
+    """A KAI share: its GPUs, and the MiB of each under ``gpu-memory`` (``gpu-fraction``'s
+    depends on the GPU). It counts as hard: enforced under KAI's nvfractions mode."""
+    if kai is None:
+        return grant
+    source = f"KAI's {kai.asked()}" if kai.memory_mib is not None else ""
+    return GpuGrant(grant.count + kai.devices, kai.memory_mib, "kai", True, grant.plugin_env,
+                    source)  # fmt: skip
 
 
 def dig(doc: Any, path: Sequence[str]) -> Any:
@@ -192,12 +216,20 @@ def _templates_anywhere(node: Any, where: str) -> Iterator[tuple[str, dict[str, 
                 stack.append((item, f"{place}[{label or index}]", depth + 1))
 
 
-def workloads(docs: Sequence[Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
-    """``(kind/name, group, pod spec)`` for each Pod template in the documents."""
+def workload_templates(docs: Sequence[Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """``(kind/name, group, Pod template)`` for each Pod template with a spec in the documents."""
     for doc in docs:
         if isinstance(doc, dict):
-            for group, pod in pod_templates(doc):
-                yield f"{doc.get('kind')}/{dig(doc, ('metadata', 'name')) or '?'}", group, pod
+            obj = f"{doc.get('kind')}/{dig(doc, ('metadata', 'name')) or '?'}"
+            for group, template in templates(doc):
+                if isinstance(template.get("spec"), dict):
+                    yield obj, group, template
+
+
+def workloads(docs: Sequence[Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """``(kind/name, group, pod spec)`` for each Pod template in the documents."""
+    for obj, group, template in workload_templates(docs):
+        yield obj, group, template["spec"]
 
 
 def configmaps(docs: Sequence[Any]) -> dict[str, dict[str, str]]:
@@ -216,10 +248,12 @@ def containers(
     maps: Mapping[str, Mapping[str, str]],
     group: str = "",
     claims: ClaimIndex | None = None,
+    kai: KaiShare | None = None,
 ) -> Iterator[Container]:
     """The Pod's containers, init containers first; named ``group/name`` within a group.
 
-    With ``claims`` (``claims.read_claims``), each carries what its DRA claims give it.
+    With ``claims`` (``claims.read_claims``), each carries what its DRA claims give it;
+    with ``kai`` (``kai.kai_share``), the share its Pod asks KAI Scheduler for.
     """
     for key in ("initContainers", "containers"):
         for spec in pod.get(key) or []:
@@ -227,4 +261,4 @@ def containers(
                 name = str(spec.get("name", "?"))
                 where = (file, obj, f"{group}/{name}" if group else name)
                 dra = claim_grant(pod, spec, claims) if claims is not None else ClaimGrant()
-                yield Container(spec, pod, where, maps, dra)
+                yield Container(spec, pod, where, maps, dra, kai)

@@ -1,0 +1,90 @@
+"""The headroom ``tfboot manifests`` keeps below a GPU share, for the caps it advises and checks.
+
+Offline, the framework a container will run is unknown. A cap the checker advises keeps
+TensorFlow's headroom, the largest (``node.headroom.BASE``), so it is safe for any
+framework, and the messages say what PyTorch and JAX need; the no-headroom warning fires
+only below the smallest headroom any framework needs. NCCL's share is added where NCCL
+will run: several GPUs granted, or ``DISTRIBUTED`` other than ``off``. The container's
+own ``MEMORY_HEADROOM_MB`` replaces every figure, as it does at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..cluster import MODES
+from ..errors import ConfigError
+from ..node.headroom import BASE, NAMES, VARIABLE, Headroom, headroom
+from ..settings import parse_variable
+
+ADVISED = "tensorflow"  # the framework whose headroom an advised cap keeps: the largest
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The headroom below a share: ``room`` for an advised cap, and each framework's."""
+
+    room: Headroom
+    # (frameworks as messages name them, MiB), the advised framework first
+    rooms: tuple[tuple[str, int], ...]
+    given: bool = False  # the container's own MEMORY_HEADROOM_MB, for every framework
+
+    @property
+    def least(self) -> int:
+        """The smallest headroom any framework needs: less is gpu-memory-no-headroom."""
+        return min(mib for _names, mib in self.rooms)
+
+    def cap(self, share: int) -> int | None:
+        """The cap to write below ``share`` MiB; None when the share leaves no room."""
+        cap = share - self.room.mib
+        return cap if cap > 0 else None
+
+    def shown(self) -> str:
+        """Such as "1536 MiB of headroom for TensorFlow (why; PyTorch and JAX need 1024 MiB)"."""
+        if self.given:
+            return f"{self.room.mib} MiB of headroom ({self.room.why})"
+        others = [f"{names} need {mib} MiB" for names, mib in self.rooms[1:]]
+        why = "; ".join([self.room.why, *others])
+        return f"{self.room.mib} MiB of headroom for {NAMES[ADVISED]} ({why})"
+
+    def caps(self, share: int) -> str:
+        """Each framework's cap below ``share``: "TensorFlow 2560 MiB, PyTorch and JAX 3072 MiB"."""
+        return ", ".join(f"{names} {share - mib} MiB" for names, mib in self.rooms)
+
+
+def nccl_reason(env: Mapping[str, str], gpus: int) -> str:
+    """Why NCCL will run in this container ("" when it will not)."""
+    mode = env.get("DISTRIBUTED", "").strip()
+    if mode.lower() in MODES and mode.lower() != "off":
+        return f"DISTRIBUTED={mode}"
+    return f"{gpus} GPUs granted" if gpus > 1 else ""
+
+
+def _given(env: Mapping[str, str]) -> tuple[int, str] | None:
+    """The container's own ``MEMORY_HEADROOM_MB``; None when unset or invalid (an invalid
+    value is reported as config-invalid)."""
+    try:
+        mib = parse_variable(env, VARIABLE)
+    except ConfigError:
+        return None
+    if mib is None:
+        return None
+    return mib, f"{VARIABLE}={env[VARIABLE].strip()}, the container's own"
+
+
+def _rooms(nccl: str) -> tuple[tuple[str, int], ...]:
+    """Each framework's default headroom, frameworks of one figure named together."""
+    by_mib: dict[int, list[str]] = {}
+    for module in (ADVISED, *(m for m in BASE if m != ADVISED)):
+        by_mib.setdefault(headroom(module, nccl).mib, []).append(NAMES[module])
+    return tuple((" and ".join(names), mib) for mib, names in by_mib.items())
+
+
+def advice(env: Mapping[str, str], gpus: int) -> Advice:
+    """The headroom below a share for a container with ``env`` and ``gpus`` GPUs granted."""
+    given = _given(env)
+    if given is not None:
+        return Advice(headroom(ADVISED, given=given), (("every framework", given[0]),), True)
+    nccl = nccl_reason(env, gpus)
+    return Advice(headroom(ADVISED, nccl), _rooms(nccl))
