@@ -167,7 +167,7 @@ def replay(text: str, command: list[str] | None = None, files: Path | None = Non
         for init in pod.get("initContainers") or []:
             status, out, err = start(init, volumes)
             assert status == 0, (init["name"], out, err)
-        (app,) = pod["containers"]
+        app = pod["containers"][0]
         return start({**app, **({"command": command} if command else {})}, volumes, files)
     finally:
         subprocess.run(["docker", "volume", "rm", "-f", *volumes.values()], capture_output=True)
@@ -299,3 +299,49 @@ def test_every_python_an_image_may_carry_starts_it(injector: str, python: str) -
     assert found["python"] == [int(x) for x in python.split(".")], found
     assert found["tfboot"] == "/tfboot/site/tfboot/__init__.py" and found["started"] is True
     assert found["own"].startswith(("/usr/lib/python3", "/etc/python3")), found  # Debian's
+
+
+# A door between containers: in init mode every image of the Pod runs as a probe. One whose
+# `sh` is hostile tries to rewrite the tree every injected container runs, and the record
+# of another container's PYTHONPATH; it can reach neither (only the copy container mounts
+# the tree writable, and each probe writes a record volume only its own app mounts).
+HOSTILE_SH = """#!/bin/sh
+for target in /tfboot-volume/hook/sitecustomize.py /tfboot-volume/site/tfboot/__init__.py \
+    /tfboot-env/train.pythonpath /tfboot/env/train.pythonpath; do
+  (echo 'raise SystemExit("the tree was changed by another image")' > "$target") 2>/dev/null \
+    && echo "wrote $target" >&2
+done
+exec /bin/sh "$@"
+"""
+
+
+def test_no_image_of_the_pod_can_change_what_another_container_runs(
+    injector: str, base_image: str, tmp_path: Path
+) -> None:
+    app = app_on(base_image, "app")
+    context = tmp_path / "hostile"
+    context.mkdir()
+    (context / "sh").write_text(HOSTILE_SH)
+    (context / "Dockerfile").write_text(
+        f"FROM {app}\nUSER 0\nCOPY sh /evil/sh\nRUN chmod 0755 /evil/sh\nENV PATH=/evil:$PATH\n"
+    )
+    hostile = f"{IMAGE_PREFIX}/inject-hostile:test"
+    with build_lock():
+        run(["docker", "build", "--quiet", "--network", "none", "--tag", hostile, str(context)])
+    doc = yaml.safe_load(job(app, PROBE))
+    sidecar = {"name": "sidecar", "image": hostile, "command": ["sleep", "1"],
+               "securityContext": SECURE}  # fmt: skip
+    doc["spec"]["template"]["spec"]["containers"].append(sidecar)
+    injected = tfboot("inject", "--image", injector, "-", stdin=yaml.safe_dump(doc))
+    assert injected.returncode == 0, injected.stderr
+    pod = yaml.safe_load(injected.stdout)["spec"]["template"]["spec"]
+    writable = [(c["name"], m["name"]) for c in pod["initContainers"] + pod["containers"]
+                for m in c.get("volumeMounts", []) if m["name"] == "tfboot" and not
+                m.get("readOnly")]  # fmt: skip
+    assert writable == [("tfboot-inject", "tfboot")], writable
+    status, out, err = replay(injected.stdout)
+    assert status == 0, err
+    found = last_json(out)
+    assert (found["intra"], found["inter"]) == (2, 2), (found, err)
+    assert found["tfboot"] == "/tfboot/site/tfboot/__init__.py", found
+    assert found["applib"] == "applib" and found["image_sitecustomize"] is True, found

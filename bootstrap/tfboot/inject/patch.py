@@ -63,12 +63,31 @@ def inject(doc: dict[str, Any], opts: Options, name: str) -> list[str]:
                                                                        chosen]:  # fmt: skip
             continue
         plans.append((where, template, chosen))
+    for where, template, chosen in plans:
+        _check_names(template, chosen, where)
     notes: list[str] = []
     for where, template, chosen in plans:
-        if _record(template) or _parts_present(template):
+        if _record(template):
             _uninject_template(template)
         notes += _inject_template(doc, template, chosen, opts, where)
     return notes
+
+
+def _check_names(template: Mapping[str, Any], chosen: list[str], where: str) -> None:
+    """The names tfboot's parts take must be free: a volume or init container of the user's
+    by one of them is an error, never taken (those of an earlier injection are tfboot's)."""
+    earlier = t.owned([str(c) for c in _record(template).get("containers") or []])
+    pod = template.get("spec") or {}
+    for key, what in (("volumes", "volume"), ("initContainers", "init container")):
+        for item in pod.get(key) or []:
+            name = item.get("name") if isinstance(item, Mapping) else None
+            if name in t.owned(chosen) and (name not in earlier or not _record(template)):
+                raise InjectError(
+                    f"{where}: the Pod already has a {what} named {name!r}, a name tfboot "
+                    f"inject gives its own parts ({', '.join(sorted(t.owned(chosen)))}): "
+                    "rename it, or leave the workload out with the annotation "
+                    f'{t.OPT_OUT}: "false"'
+                )
 
 
 def _chosen(doc: Mapping[str, Any], template: Mapping[str, Any], where: str) -> list[str]:
@@ -105,11 +124,6 @@ def _record(template: Mapping[str, Any]) -> dict[str, Any]:
     except ValueError:
         return {}
     return found if isinstance(found, dict) else {}
-
-
-def _parts_present(template: Mapping[str, Any]) -> bool:
-    volumes = dig(template, ("spec", "volumes")) or []
-    return any(isinstance(v, Mapping) and v.get("name") == t.VOLUME for v in volumes)
 
 
 def _list(owner: dict[str, Any], key: str, created: list[str], path: str) -> list[Any]:
@@ -162,6 +176,8 @@ def _inject_template(
             if given is None and opts.mode == "init":
                 env.append({"name": t.CONTAINER_ENV, "value": name})
                 inits.append(t.probe_container(container))
+                _list(pod, "volumes", created, "spec.volumes").append(t.record_volume(name))
+                mounts.append(t.record_mount(name))
             elif given is None:
                 notes.append(
                     f"{where} container {name}: the image's own PYTHONPATH (its ENV), if any, is "
@@ -210,7 +226,7 @@ def _carry_memory(env: list[Any], cap: int, memory: dict[str, str | None], name:
 def uninject(doc: dict[str, Any]) -> None:
     """Take tfboot's parts out of every Pod template of ``doc``."""
     for _, template in templates(doc):
-        if _record(template) or _parts_present(template):
+        if _record(template):
             _uninject_template(template)
 
 
@@ -231,16 +247,15 @@ def _named(*names: str) -> Any:
 def _uninject_template(template: dict[str, Any]) -> None:
     record = _record(template)
     created = [str(c) for c in record.get("created", [])]
+    ours = _named(*t.owned([str(c) for c in record.get("containers") or []]))
     pod = template.get("spec") or {}
-    _without(pod, "volumes", _named(t.VOLUME), created, "spec.volumes")
-    _without(pod, "initContainers",
-             lambda c: isinstance(c, Mapping) and t.is_injected_init(c.get("name")),
-             created, "spec.initContainers")  # fmt: skip
+    _without(pod, "volumes", ours, created, "spec.volumes")
+    _without(pod, "initContainers", ours, created, "spec.initContainers")
     for container in pod.get("containers") or []:
         if not isinstance(container, dict):
             continue
         path = f"containers/{container.get('name')}"
-        _without(container, "volumeMounts", _named(t.VOLUME), created, f"{path}/volumeMounts")
+        _without(container, "volumeMounts", ours, created, f"{path}/volumeMounts")
         name = container.get("name")
         _without(container, "env", lambda e, n=name: not _env_back(e, n, record),
                  created, f"{path}/env")  # fmt: skip

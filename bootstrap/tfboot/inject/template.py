@@ -6,7 +6,10 @@ The injector image holds ``/tfboot/hook/sitecustomize.py`` (the start-up hook) a
 app container gets the tree read-only at ``/tfboot`` and ``/tfboot/hook`` first on its
 ``PYTHONPATH``. In ``init`` mode an init container copies the tree into an emptyDir, and one
 more per app container, run from the app's own image, records the ``PYTHONPATH`` that image
-and the container's ``envFrom`` give (Kubernetes replaces it with the container's); in
+and the container's ``envFrom`` give (Kubernetes replaces it with the container's). Only the
+copy container can write the tree: each probe mounts nothing of it, and writes its record
+into an emptyDir of its own, which only its app container mounts, read-only, at
+``/tfboot/env``; so no image of the Pod can change the code another container runs. In
 ``image`` mode the injector image is mounted as an image volume (Kubernetes 1.33+ with
 ``subPath``; beta and on by default from 1.35), with no init container.
 """
@@ -21,8 +24,11 @@ MOUNT = "/tfboot"  # in each app container, read-only
 HOOK = f"{MOUNT}/hook"  # first on PYTHONPATH
 COPY_TARGET = "/tfboot-volume"  # where the init containers mount the volume
 COPY_NAME = "tfboot-inject"
-PROBE_PREFIX = "tfboot-env-"
+PROBE_PREFIX = "tfboot-env-"  # a probe init container, and the record volume it writes
+RECORD_TARGET = "/tfboot-env"  # where a probe mounts its record volume
+RECORD_MOUNT = f"{MOUNT}/env"  # where its app container reads it (the hook's env folder)
 SIZE_LIMIT = "64Mi"  # the tree is about 2 MB; every Python's bytecode fits several times
+RECORD_LIMIT = "1Mi"  # one PYTHONPATH
 NONROOT_UID = 65532
 MODES = ("init", "image")
 
@@ -71,39 +77,57 @@ def pth_mount(mode: str, site_packages: str) -> dict[str, Any]:
             "subPath": f"tfboot/{PTH}" if mode == "image" else PTH, "readOnly": True}  # fmt: skip
 
 
-def _init_container(name: str, image: str, **extra: Any) -> dict[str, Any]:
+def _init_container(name: str, image: str, mount: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {
         "name": name,
         "image": image,
         **extra,
-        "volumeMounts": [{"name": VOLUME, "mountPath": COPY_TARGET}],
+        "volumeMounts": [mount],
         "resources": copy.deepcopy(RESOURCES),
         "securityContext": copy.deepcopy(SECURITY),
     }
 
 
 def copy_container(image: str) -> dict[str, Any]:
-    """The init container that copies the tree (the injector image's default command)."""
-    return _init_container(COPY_NAME, image)
+    """The init container that copies the tree (the injector image's default command): the
+    only container that mounts the tree writable."""
+    return _init_container(COPY_NAME, image, {"name": VOLUME, "mountPath": COPY_TARGET})
 
 
 def probe_container(app: dict[str, Any]) -> dict[str, Any]:
     """The init container that records, from the app's own image and ``envFrom``, the
-    ``PYTHONPATH`` the app container would have had (``env/<container>.pythonpath``)."""
+    ``PYTHONPATH`` the app container would have had (``<container>.pythonpath``), in its own
+    record volume: it mounts nothing else of tfboot's."""
     name = str(app["name"])
-    script = (f'mkdir -p {COPY_TARGET}/env && printf %s "${{PYTHONPATH-}}" '
-              f"> {COPY_TARGET}/env/{name}.pythonpath")  # fmt: skip
+    script = f'printf %s "${{PYTHONPATH-}}" > {RECORD_TARGET}/{name}.pythonpath'
     extra: dict[str, Any] = {"command": ["sh", "-c", script]}
     if app.get("envFrom"):
         extra["envFrom"] = app["envFrom"]
     if app.get("imagePullPolicy"):
         extra["imagePullPolicy"] = app["imagePullPolicy"]
-    return _init_container(probe_name(name), str(app.get("image", "")), **extra)
+    mount = {"name": probe_name(name), "mountPath": RECORD_TARGET}
+    return _init_container(probe_name(name), str(app.get("image", "")), mount, **extra)
+
+
+def record_volume(container: str) -> dict[str, Any]:
+    """The emptyDir one probe writes its record into."""
+    return {"name": probe_name(container), "emptyDir": {"sizeLimit": RECORD_LIMIT}}
+
+
+def record_mount(container: str) -> dict[str, Any]:
+    """The app container's read-only mount of its own probe's record."""
+    return {"name": probe_name(container), "mountPath": RECORD_MOUNT, "readOnly": True}
 
 
 def probe_name(container: str) -> str:
     """A probe's name: a DNS label of at most 63 characters."""
     return (PROBE_PREFIX + container)[:63].rstrip("-")
+
+
+def owned(containers: list[str]) -> set[str]:
+    """The names tfboot's parts take in a Pod injected for ``containers``: its volume and copy
+    container, each container's probe and record volume (volumes and init containers)."""
+    return {VOLUME, COPY_NAME, *(probe_name(c) for c in containers)}
 
 
 def is_injected_init(name: object) -> bool:

@@ -28,8 +28,18 @@ def _pythonpath(container: Container) -> str | None:
 
 
 def check_injected(container: Container, report: Report) -> None:
-    """An app container that takes tfboot's tree, or names its hook: every part in place."""
+    """An app container that takes tfboot's tree, or names its hook: every part in place;
+    an init container other than the copy that mounts the tree writable, a door."""
     if container.spec in (container.pod.get("initContainers") or []):
+        writable = any(isinstance(m, Mapping) and m.get("name") == t.VOLUME
+                       and m.get("readOnly") is not True
+                       for m in container.spec.get("volumeMounts") or [])  # fmt: skip
+        if writable and container.spec.get("name") != t.COPY_NAME:
+            report.add(container.where, "inject-mount",
+                       f"this init container mounts the {t.VOLUME} volume writable: it can "
+                       "change the code every injected container runs",
+                       f"mount it read-only; only {t.COPY_NAME} writes the tree (run tfboot "
+                       "inject again)")  # fmt: skip
         return
     mounts = [m for m in container.spec.get("volumeMounts") or []
               if isinstance(m, Mapping) and m.get("name") == t.VOLUME]  # fmt: skip
