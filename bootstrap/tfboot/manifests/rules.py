@@ -55,8 +55,10 @@ RULES: dict[str, tuple[str, str]] = {
     "image-not-pinned": (ERROR, "the image has no tag, or :latest"),
     "tmp-not-writable": (WARNING, "read-only root filesystem without a volume at /tmp"),
     "inject-incomplete": (ERROR, "an injected container misses the tree or its init container"),
-    "inject-mount": (ERROR, "tfboot's tree is writable outside its copy, not read-only at "
-                     "/tfboot, or has no sizeLimit"),
+    "inject-mount": (
+        ERROR,
+        "tfboot's tree is writable outside its copy, not read-only at /tfboot, or has no sizeLimit",
+    ),
     "inject-pythonpath": (ERROR, "PYTHONPATH does not start with tfboot's hook"),
     "inject-ignored": (WARNING, "the command runs Python with -I, -E or -S: the hook cannot run"),
     "dist-tasks-count": (ERROR, "DIST_TASKS unequal to the Pods run (completions, parallelism)"),
