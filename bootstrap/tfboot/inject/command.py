@@ -60,17 +60,54 @@ def rewrite_text(text: str, change: Change) -> tuple[str, list[str]]:
     """``text`` with ``change`` applied to every object in it; the notes it made."""
     from . import yamltext
 
+    bom = "\ufeff" if text.startswith("\ufeff") else ""  # written back as it was
+    text = text[len(bom) :]
     parse_documents(text)  # the bounds on untrusted input (aliases, depth, size) first
     import yaml
 
-    docs = list(yaml.safe_load_all(text))
-    new = json.loads(json.dumps(docs, default=str))
+    # Both sides as JSON values (a timestamp as its text), so a value inject did not change
+    # compares equal and keeps its text.
+    docs = json.loads(json.dumps(list(yaml.safe_load_all(text)), default=str))
+    new = json.loads(json.dumps(docs))
     notes: list[str] = []
     for doc in new:
         for obj in _each_object(doc):
             name = f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name', '?')}"
             notes += change(obj, name)
-    return yamltext.rewrite(text, docs, new), notes
+    try:
+        out = yamltext.rewrite(text, docs, new)
+    except (yaml.YAMLError, LookupError, TypeError) as exc:  # a form the writer cannot edit
+        raise InjectError(
+            f"a YAML form tfboot cannot edit in place ({_first_line(exc)}): a merge key (<<) "
+            "or an unusual node; expand it by hand, or write the Pod template in block style"
+        ) from None
+    _reads_back(out, new)
+    return bom + out, notes
+
+
+def _reads_back(out: str, intended: list[Any]) -> None:
+    """The text written must parse to exactly the objects intended, or nothing is printed:
+    a text edit that went wrong is an error naming the document, never corrupt output."""
+    import yaml
+
+    try:
+        found = json.loads(json.dumps(list(yaml.safe_load_all(out)), default=str))
+    except yaml.YAMLError as exc:
+        raise InjectError(f"the edited text does not parse again ({_first_line(exc)})") from None
+    if len(found) != len(intended):
+        raise InjectError(f"the edited text holds {len(found)} document(s), not {len(intended)}")
+    for index, (got, meant) in enumerate(zip(found, intended, strict=True)):
+        if got != meant:
+            kind = meant.get("kind") if isinstance(meant, dict) else None
+            raise InjectError(
+                f"document {index + 1} ({kind or 'no kind'}) would not read back as the edit "
+                "intended (a YAML form tfboot cannot edit in place here): edit it by hand, or "
+                "write it in block style"
+            )
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     sources: list[tuple[str, str]] = []
     for path in args.paths:
         try:
-            sources.append(read_source(path))
+            sources.append(read_source(path, keep_bom=True))
         except InputError as exc:
             print(f"{command}: {exc}", file=sys.stderr)
             return 2

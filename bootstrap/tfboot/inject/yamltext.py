@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from typing import Any
 
 import yaml
@@ -54,8 +55,11 @@ def rewrite(text: str, old_docs: list[Any], new_docs: list[Any | None]) -> str:
     # From the end back; at one place the last made first, so the first made (the deepest
     # part's) ends up first.
     out = text
+    crlf = "\r\n" in text  # the lines written end as the text's own do
     order = sorted(range(len(edits)), key=lambda i: (edits[i][0], edits[i][1], i), reverse=True)
     for start, end, replacement in (edits[i] for i in order):
+        if crlf:
+            replacement = re.sub(r"(?<!\r)\n", "\r\n", replacement)
         out = out[:start] + replacement + out[end:]
     return out
 

@@ -178,8 +178,9 @@ def parse_documents(text: str, notes: list[str] | None = None) -> list[Any]:
     return expanded
 
 
-def read_source(path: str) -> tuple[str, str]:
-    """``(display name, text)`` of a file, or of stdin for ``-``."""
+def read_source(path: str, keep_bom: bool = False) -> tuple[str, str]:
+    """``(display name, text)`` of a file, or of stdin for ``-``; with ``keep_bom``, a UTF-8
+    byte order mark stays at the text's start (to write it back)."""
     name = "<stdin>" if path == "-" else path
     try:
         if path == "-":
@@ -194,7 +195,8 @@ def read_source(path: str) -> tuple[str, str]:
     if len(data) > MAX_BYTES:
         raise InputError(f"cannot read {name}: larger than {MAX_BYTES // 2**20} MiB")
     try:
-        return name, data.decode("utf-8-sig")
+        bom = "\ufeff" if keep_bom and data.startswith(b"\xef\xbb\xbf") else ""
+        return name, bom + data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise InputError(f"cannot read {name}: line {line} is not UTF-8 text") from None
