@@ -4,18 +4,23 @@ Counts the instructions of ``python -c pass`` under callgrind (exact and repeata
 hard-linked twin of this environment without tfboot (``bench/startup.py`` makes it), as an
 image nobody rebuilt would start it:
 
-  1. nothing injected (the image as it was);
+  1. nothing injected (the image as it was, no tfboot in its site-packages);
   2. tfboot installed into the twin's site-packages (``tfboot.pth``), for comparison;
-  3. the injected tree: ``PYTHONPATH=<hook>``, the hook making the tree a site directory;
-  4. the image's own ``sitecustomize`` on its ``PYTHONPATH``, without and with the hook
+  3. the injected tree: ``PYTHONPATH=<hook>``, the hook starting the tree's tfboot (the
+     twin's own tfboot package moved aside, as in an image that never had it);
+  4. the same with the image's ``PYTHONPATH`` recorded (``TFBOOT_INJECTED``, as inject's
+     probe leaves it), the hook putting it back on ``sys.path`` and ``PYTHONPATH``;
+  5. the image's own ``sitecustomize`` on its ``PYTHONPATH``, without and with the hook
      chaining it: what chaining adds to an image that has one.
 
 The tree is made by ``docker/inject/build.sh --tree`` (the wheel unpacked with pip,
 bytecode that is never checked against the source). Usage: python bench/inject_startup.py
+(valgrind on PATH)
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -36,6 +41,7 @@ def make_tree(root: Path) -> Path:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     with tempfile.TemporaryDirectory(dir=Path(sys.prefix).parent) as tmp:
         twin = str(twin_without_tfboot(Path(tmp) / "twin"))
         hook = make_tree(Path(tmp) / "tfboot")
@@ -46,12 +52,21 @@ def main() -> None:
         purelib = Path(sysconfig.get_paths()["purelib"]).relative_to(sys.prefix)
         installed = Path(tmp) / "twin" / purelib / "tfboot.pth"
         env = clean_env({})
-        rows = [("nothing injected", instructions(twin, env))]
         installed.write_text((REPO / "bootstrap" / "tfboot.pth").read_text())
-        rows.append(("tfboot installed (tfboot.pth)", instructions(twin, env)))
+        with_pth = instructions(twin, env)
         installed.unlink()
-        rows.append(("injected (PYTHONPATH=hook)",
-                     instructions(twin, {**env, "PYTHONPATH": str(hook)})))  # fmt: skip
+        aside = Path(tmp) / "aside"  # the image never had tfboot: only the tree's is found
+        aside.mkdir()
+        for name in ("tfboot", "tfboot.py"):
+            (installed.parent / name).rename(aside / name)
+        rows = [("nothing injected", instructions(twin, env)),
+                ("tfboot installed (tfboot.pth)", with_pth),
+                ("injected (PYTHONPATH=hook)",
+                 instructions(twin, {**env, "PYTHONPATH": str(hook)}))]  # fmt: skip
+        (hook.parent / "env" / "app.pythonpath").write_text(f"{image}\n")
+        rows.append(("injected, image PYTHONPATH recorded (+chain)",
+                     instructions(twin, {**env, "PYTHONPATH": str(hook),
+                                         "TFBOOT_INJECTED": "app"})))  # fmt: skip
         own = instructions(twin, {**env, "PYTHONPATH": str(image)})
         chained = instructions(twin, {**env, "PYTHONPATH": f"{hook}:{image}"})
     base = rows[0][1]

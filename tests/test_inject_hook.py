@@ -235,3 +235,47 @@ def test_the_images_own_python_dotenv_never_breaks_tfboot(
     assert done.returncode == 0, done.stderr
     limit, used = json.loads(done.stdout)
     assert limit == 2048 and used == str(image_dotenv / "dotenv" / "__init__.py")
+
+
+TRIMMED = """
+import json, os, subprocess, sys
+env = {"PYTHONPATH": os.environ["PYTHONPATH"]}  # a trimmed environment: PYTHONPATH only
+code = "import json, os, imagemod; print(json.dumps(os.environ['PYTHONPATH']))"
+child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+print(json.dumps([os.environ["PYTHONPATH"], child.returncode, child.stdout, child.stderr,
+                  again.returncode, again.stdout]))
+"""
+
+
+def test_a_child_with_a_trimmed_environment_keeps_the_image_s_pythonpath(
+    tree: Path, tmp_path: Path
+) -> None:
+    """Issue: a child given only ``PYTHONPATH`` could not import the image's modules (the
+    entries lived only in tfboot's record). The hook writes them after itself in
+    ``PYTHONPATH``; a child that inherits ``TFBOOT_INJECTED`` too adds nothing twice."""
+    image_path = tmp_path / "image-path"
+    image_path.mkdir()
+    (image_path / "imagemod.py").write_text("")
+    root = tmp_path / "root"
+    (root / "env").mkdir(parents=True)
+    (root / "hook").symlink_to(tree / "hook")
+    (root / "site").symlink_to(tree / "site")
+    (root / "env" / "app.pythonpath").write_text(f"{image_path}\n")
+    hook = str(root / "hook")
+    env = scenario_env({"PYTHONPATH": f"{hook}:/srv/extra", "TFBOOT_INJECTED": "app",
+                        "PYTHONDONTWRITEBYTECODE": "1"})  # fmt: skip
+    done = subprocess.run([bare_pythons()[0], "-c", TRIMMED], env=env, text=True,
+                          capture_output=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    mine, status, child, err, again_status, again = json.loads(done.stdout)
+    expected = f"{hook}:{image_path}:/srv/extra"
+    assert mine == expected
+    assert (status, err) == (0, "") and json.loads(child) == expected, err
+    assert again_status == 0 and json.loads(again) == expected  # not added twice
+
+
+def test_the_tree_s_pth_is_what_the_hook_runs(tree: Path) -> None:
+    """The hook imports tfboot itself instead of reading the tree's ``tfboot.pth``: the two
+    must say the same."""
+    assert (tree / "site" / "tfboot.pth").read_text().split() == ["import", "tfboot"]
