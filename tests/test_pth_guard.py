@@ -82,9 +82,11 @@ def test_pth_without_its_package_is_silent(python: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("python", PYTHONS)
 def test_pth_with_its_package_installs_the_trampoline(python: str, tmp_path: Path) -> None:
+    """From CPython 3.10, which tfboot runs on; an older one stands aside, silently."""
     venv = bare_venv(python, tmp_path / "venv", PTH, with_package=True)
     run = start(venv, "import sys; print(sys.modules['tfboot'] in sys.meta_path)")
-    assert (run.returncode, run.stdout.strip(), run.stderr) == (0, "True", "")
+    supported = "python3.9" not in Path(python).name and "/3.9." not in python
+    assert (run.returncode, run.stdout.strip(), run.stderr) == (0, str(supported), "")
 
 
 def test_without_the_standin_the_line_would_print(tmp_path: Path) -> None:

@@ -122,7 +122,7 @@ def test_pushgateway_and_textfile_reach_prometheus(servers: Servers) -> None:
     assert run.returncode == 0, run.stderr
     assert "warning" not in run.stderr, run.stderr
     [textfile] = servers.textfiles.iterdir()
-    assert textfile.name == "tfboot-train-train-0.prom"
+    assert textfile.name == "tfboot-train-ml-train-0.prom"  # the namespace keeps Pods apart
     text = textfile.read_text()
     assert 'tfboot_host_memory_peak_bytes{job="train",namespace="ml",pod="train-0"}' in text
     assert "tfboot_cpu_usage_seconds_total" in text and "tfboot_report_final" in text

@@ -23,7 +23,6 @@ import contextlib
 import importlib.util
 import os
 import select
-import signal
 import threading
 import time
 from collections.abc import Mapping
@@ -48,7 +47,7 @@ from ..settings import (
 )
 from ..values import hide_credentials
 from . import ends
-from .job import Job, collect, identify, leave, member_path
+from .job import MAX_MEMBERS, Job, collect, gather, identify, leave, member_path
 from .measure import Framework, Meter
 
 if TYPE_CHECKING:
@@ -89,8 +88,12 @@ class Report:
 
             self.termination = TerminationLog(log)
         # Metrics are the job's: pushed and written by its lead only.
-        self.textfile = _control(env, TEXTFILE_DIR) if job.lead else None
+        textfile = _control(env, TEXTFILE_DIR)
+        self.textfile = _absolute(textfile) if textfile and job.lead else None
         self.pushgateway = _control(env, PUSHGATEWAY) if job.lead else None
+        # The members' records gathered so far, by (pid, start), kept as the lead keeps them.
+        self.members: dict[tuple[Any, Any], dict[str, Any]] = {}
+        self.members_lock = threading.Lock()  # guards ``members`` only, never held over I/O
         self.warned: set[str] = set()
         self.exception: str | None = None
         self.done = False
@@ -101,9 +104,9 @@ class Report:
         self.final: dict[str, Any] | None = None  # handed to the publisher at the end
         self.signalled: str | None = None  # a snapshot asked for by a signal handler
         self.signals: list[str] = []  # each signal the process got that did not end it
-        # The read end of the signal wakeup pipe, and what to do with a stranded SIGTERM: both
-        # set by ends.py where it may take the wakeup fd; SIGTERMs seen there and handled.
-        self.wakeup: int | None = None
+        # The read end of the SIGTERM watch's pipe, and what to do with a stranded SIGTERM:
+        # both set by ends.py where the default action applies; SIGTERMs seen and handled.
+        self.watch: int | None = None
         self.stranded: Any = None
         self.sigterms_seen = self.sigterms_handled = 0
         self.sigterm_at: float | None = None
@@ -120,17 +123,28 @@ class Report:
     def sinks(self) -> bool:
         return bool(self.file or self.termination or self.textfile or self.pushgateway)
 
-    def record(self, reason: str, final: bool, members: list[dict[str, Any]] | None = None,
-               ) -> dict[str, Any]:  # fmt: skip
-        """The record so far, with the job's suggestion (its members' records merged)."""
+    def keep(self, records: list[dict[str, Any]]) -> None:
+        """Keep the members' records ``gather`` read (their files are gone), at most
+        ``MAX_MEMBERS`` processes."""
         from .merge import trimmed
+
+        with self.members_lock:
+            for found in records:
+                key = (found.get("pid"), found.get("started"))
+                if key in self.members or len(self.members) < MAX_MEMBERS:
+                    self.members[key] = trimmed(found)
+
+    def record(self, reason: str, final: bool) -> dict[str, Any]:
+        """The record so far, with the job's suggestion (its members' records merged)."""
         from .suggest import suggest  # loaded at the first record, not at the import
 
-        record = self.meter.record(self.frameworks, reason, final)
+        with self.members_lock:
+            members = list(self.members.values())
+        record = self.meter.record(self.frameworks, reason, final, members)
         record["run"] = self.job.to_dict()
         record["signals"] = list(self.signals)
         if members:
-            record["members"] = [trimmed(m) for m in members]
+            record["members"] = members
         record["suggest"] = suggest([record], unfinished_killed=False)
         return record
 
@@ -178,7 +192,7 @@ class Report:
         """The publisher thread: a snapshot each interval (or when a signal asks), the final
         record when the end hands it over (``final`` is set before the bell). Never raises."""
         while True:
-            waits = [self.bell[0]] if self.wakeup is None else [self.bell[0], self.wakeup]
+            waits = [self.bell[0]] if self.watch is None else [self.bell[0], self.watch]
             timeout = self.interval
             if self.sigterm_at is not None:
                 timeout = max(0.0, min(timeout, self.sigterm_at + STRANDED_S - time.monotonic()))
@@ -194,6 +208,7 @@ class Report:
             if self.done:
                 continue
             try:
+                self.keep(gather(self.job))
                 self.meter.sample()
                 if self.sinks:
                     record = self.record(reason or "snapshot", final=False)
@@ -203,17 +218,16 @@ class Report:
                     emit("debug", f"usage report: snapshot failed ({_reason(exc)})")
 
     def _watch_sigterm(self) -> None:
-        """A SIGTERM the C-level handler took (it writes the wakeup pipe, in whichever thread
-        the kernel chose) but the main thread has not handled within ``STRANDED_S``: the
-        main thread is blocked where no signal reaches it. Without tfboot's handler the
-        signal's default action would already have ended the process; ``stranded`` does."""
-        if self.wakeup is None:
+        """A SIGTERM the C-level hook saw (it writes the watch's pipe, in whichever thread the
+        kernel chose) but the main thread has not handled within ``STRANDED_S``: the main
+        thread is blocked where no signal reaches it. Without tfboot's handler the signal's
+        default action would already have ended the process; ``stranded`` does."""
+        if self.watch is None:
             return
-        with contextlib.suppress(OSError):
-            seen = os.read(self.wakeup, 512).count(signal.SIGTERM)
-            if seen and self.sigterm_at is None:
+        if _drained(self.watch):
+            self.sigterms_seen += 1
+            if self.sigterm_at is None:
                 self.sigterm_at = time.monotonic()
-            self.sigterms_seen += seen
         if self.sigterm_at is None or time.monotonic() < self.sigterm_at + STRANDED_S:
             return
         self.sigterm_at = None
@@ -240,8 +254,8 @@ class Report:
                 return
             self.done = True
         self.deadline = time.monotonic() + EXIT_DEADLINE_S
-        members = collect(self.job)
-        record = self.record(self.exception or reason, final=True, members=members)
+        self.keep(collect(self.job))
+        record = self.record(self.exception or reason, final=True)
         if self.level != "quiet" and (self.job.lead or self.level == "debug"):
             from .sinks import used_line
 
@@ -257,6 +271,15 @@ class Report:
         if self.thread.is_alive():
             emit("warning", f"usage report: the sinks did not finish within {EXIT_DEADLINE_S:g} s "
                             "at the end; the process ends without waiting longer")  # fmt: skip
+
+
+def _drained(fd: int) -> bool:
+    """Read a non-blocking pipe empty; whether it held anything."""
+    found = False
+    with contextlib.suppress(OSError):
+        while os.read(fd, 65536):
+            found = True
+    return found
 
 
 def _writable(path: str) -> bool:
@@ -285,8 +308,18 @@ def _control(env: Mapping[str, str], name: str) -> Any:
 
 
 def _expand(path: str) -> str:
-    """``{pid}`` and ``{host}`` in a path."""
-    return path.replace("{pid}", str(os.getpid())).replace("{host}", os.uname().nodename)
+    """``{pid}`` and ``{host}`` in a path, made absolute against the working directory of
+    now, when the report starts: a job that changes directory later (Hydra does) still
+    writes every record to the one place."""
+    return _absolute(path.replace("{pid}", str(os.getpid())).replace("{host}", os.uname().nodename))
+
+
+def _absolute(path: str) -> str:
+    """``path`` against the working directory of now; as it is where that is gone."""
+    try:
+        return os.path.abspath(path)
+    except OSError:
+        return path
 
 
 def watch(adapter: Any, name: str, env: Mapping[str, str] | None = None) -> None:

@@ -79,32 +79,30 @@ def _on_sigterm(report: Any) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, handler)
-    wakeup = (
+    watch = (
         _watch_stranded(report, handler) if os.getpid() != 1 and not callable(previous) else None
     )
-    _forks_get_the_program_s(handler, previous, wakeup)
+    _forks_get_the_program_s(handler, previous, watch)
 
 
 def _watch_stranded(report: Any, handler: Any) -> tuple[int, int] | None:
     """Where the signal's default action would end the process, make sure a SIGTERM still
     does when the main thread cannot run the handler (blocked in C where the signal does not
-    reach it, as when the kernel hands it to another thread): the C-level handler writes the
-    signal wakeup fd, the publisher thread watches it (``Report._watch_sigterm``). Only if
-    no wakeup fd is set (asyncio's, the program's, is left alone); the pipe, or None."""
+    reach it, as when the kernel hands it to another thread): a C-level hook,
+    ``faulthandler``'s, chained to Python's own handler, writes a pipe in whichever thread
+    takes the signal, and the publisher thread watches it (``Report._watch_sigterm``). The
+    signal wakeup fd stays free for asyncio, Trio or the program. The pipe, or None."""
+    import faulthandler
+
     try:
         pipe = os.pipe()
         for end in pipe:
-            os.set_blocking(end, False)
+            os.set_blocking(end, False)  # the hook never blocks: a full pipe drops its text
     except OSError:
         return None
     try:
-        old = signal.set_wakeup_fd(pipe[1], warn_on_full_buffer=False)
-    except (ValueError, OSError):
-        old = None
-    if old != -1:
-        with contextlib.suppress(ValueError, OSError):
-            if old is not None:
-                signal.set_wakeup_fd(old)
+        faulthandler.register(signal.SIGTERM, file=pipe[1], all_threads=True, chain=True)
+    except (OSError, RuntimeError, ValueError):
         for end in pipe:
             os.close(end)
         return None
@@ -115,8 +113,24 @@ def _watch_stranded(report: Any, handler: Any) -> tuple[int, int] | None:
         _quietly(report.finish, "SIGTERM")
         _die_by_sigterm()
 
-    report.wakeup, report.stranded = pipe[0], stranded  # before the publisher starts
+    report.watch, report.stranded = pipe[0], stranded  # before the publisher starts
     return pipe
+
+
+def _unwatch(watch: tuple[int, int]) -> None:
+    """A forked child's end of the parent's watch: the hook unregistered (the child's
+    signals are not the parent's), then the disposition Python holds set again at the OS
+    level (unregistering puts back Python's C handler, whatever the program set since)."""
+    import faulthandler
+
+    with contextlib.suppress(OSError, RuntimeError, ValueError, TypeError):
+        faulthandler.unregister(signal.SIGTERM)
+        current = signal.getsignal(signal.SIGTERM)
+        if current is not None:
+            signal.signal(signal.SIGTERM, current)
+    for end in watch:
+        with contextlib.suppress(OSError):
+            os.close(end)
 
 
 def _die_by_sigterm() -> None:
@@ -133,7 +147,7 @@ def _die_by_sigterm() -> None:
         os._exit(128 + signal.SIGTERM)  # as a shell reports a process ended by it
 
 
-def _forks_get_the_program_s(handler: Any, previous: Any, wakeup: tuple[int, int] | None) -> None:
+def _forks_get_the_program_s(handler: Any, previous: Any, watch: tuple[int, int] | None) -> None:
     """A forked child gets SIGTERM's disposition as it was before tfboot (it reports
     nothing of its own). SIGTERM is blocked across the fork: a Python handler inherited
     by the child would lose a signal that arrives before the child's interpreter has
@@ -150,16 +164,11 @@ def _forks_get_the_program_s(handler: Any, previous: Any, wakeup: tuple[int, int
             signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
 
     def after_in_child() -> None:
+        if watch is not None:  # first: unregistering puts back Python's C handler
+            _unwatch(watch)
         with contextlib.suppress(OSError, ValueError, TypeError):
             if signal.getsignal(signal.SIGTERM) is handler:
                 signal.signal(signal.SIGTERM, previous)
-        if wakeup is not None:  # the parent's watch: the child's signals are not its
-            with contextlib.suppress(OSError, ValueError):
-                old = signal.set_wakeup_fd(-1)
-                if old != wakeup[1]:
-                    signal.set_wakeup_fd(old)
-                for end in wakeup:
-                    os.close(end)
         after_in_parent()
 
     os.register_at_fork(before=before, after_in_parent=after_in_parent,

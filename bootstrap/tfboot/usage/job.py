@@ -129,21 +129,40 @@ def leave(job: Job, record: dict[str, Any]) -> bool:
     return True
 
 
-def collect(job: Job) -> list[dict[str, Any]]:
-    """The end of a process that started a branch of the run: the records its members
-    left, then the drop directory removed."""
-    if job.parent is not None or job.drop is None:
+def _collecting(job: Job) -> str | None:
+    """The drop directory this process collects from; None for a member."""
+    return job.drop if job.parent is None else None
+
+
+def gather(job: Job) -> list[dict[str, Any]]:
+    """The final records members have left so far, their files removed: at each of the
+    lead's snapshots, so a long-lived process keeps no file per exited child. A record half
+    written is a temporary file (``.tfboot-*``), left for the next time."""
+    drop = _collecting(job)
+    if drop is None:
         return []
-    found: list[dict[str, Any]] = []
     try:
-        names = sorted(os.listdir(job.drop))[:MAX_MEMBERS]
+        names = sorted(n for n in os.listdir(drop) if n.endswith(".json") and n[0] != ".")
     except OSError:
         return []
-    for name in names:
+    found: list[dict[str, Any]] = []
+    for name in names[:MAX_MEMBERS]:
+        path = os.path.join(drop, name)
         with contextlib.suppress(OSError, Unusable):
-            found.append(read(os.path.join(job.drop, name), MAX_RECORD_BYTES))
-    with contextlib.suppress(OSError):
-        for name in os.listdir(job.drop):
-            os.unlink(os.path.join(job.drop, name))
-        os.rmdir(job.drop)
+            found.append(read(path, MAX_RECORD_BYTES))
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return found
+
+
+def collect(job: Job) -> list[dict[str, Any]]:
+    """The end of a process that started a branch of the run: the records its members left
+    since the last ``gather``, then the drop directory removed."""
+    found = gather(job)
+    drop = _collecting(job)
+    if drop is not None:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(drop):
+                os.unlink(os.path.join(drop, name))
+            os.rmdir(drop)
     return found

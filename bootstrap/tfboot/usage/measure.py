@@ -10,6 +10,7 @@ limit in force, and CPU used against the quota. The suggestion is added by ``sug
 
 from __future__ import annotations
 
+import calendar
 import os
 import sys
 import threading
@@ -30,6 +31,7 @@ from .scope import TREE, covers
 from .shares import recorded
 
 MIB = 1 << 20
+STAMP = "%Y-%m-%dT%H:%M:%SZ"
 # Labels a record carries from the environment: (label, variables tried in order).
 LABELS = (
     ("pod", ("POD_NAME", "HOSTNAME")),
@@ -149,8 +151,10 @@ class Meter:
             self.sampled = max(self.sampled or 0, now.current)
         return now
 
-    def record(self, frameworks: Sequence[Framework], reason: str, final: bool) -> dict[str, Any]:
-        """The usage so far, as the JSON record (without its suggestion)."""
+    def record(self, frameworks: Sequence[Framework], reason: str, final: bool,
+               members: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:  # fmt: skip
+        """The usage so far, as the JSON record (without its suggestion); ``members``, the
+        records of the job's processes that ended, count in the process tree's peak."""
         problems: list[str] = []
         gpus = self._gpus(frameworks, problems)
         return {
@@ -165,7 +169,7 @@ class Meter:
             "frameworks": [f.adapter.NAME for f in frameworks],
             "gpus": gpus,
             "gpu_share": recorded(self.env),
-            "host_memory": self._memory(),
+            "host_memory": self._memory(members),
             "cpu": self._cpu(),
             "problems": problems,
         }
@@ -211,14 +215,14 @@ class Meter:
                 sharing = [g for g in gpus if g["physical"] == gpu["physical"]]
                 gpu["outside_pool_mib"], gpu["outside_pool_source"] = outside_pool(total, sharing)
 
-    def _memory(self) -> dict[str, Any]:
+    def _memory(self, members: Sequence[dict[str, Any]]) -> dict[str, Any]:
         now = self.sample()
         found: dict[str, Any] = {"scope": self.memory_cover.to_dict()}
-        if now is None:  # the process tree: sampled, never below a process's own peak
-            floor = counters.rss_peak()[0]
-            found["peak_mib"] = mib(max(self.sampled or 0, floor))
-            found["source"] = (f"{TREE} (/proc/PID/statm summed, sampled; getrusage "
-                               "ru_maxrss as a floor)")  # fmt: skip
+        if now is None:  # the process tree: sampled, never below what ran together
+            found["peak_mib"] = mib(max(self.sampled or 0, tree_floor(members)))
+            found["source"] = (f"{TREE} (/proc/PID/statm summed, sampled; at least getrusage "
+                               "ru_maxrss of this process plus its largest waited-for child "
+                               "or the members that ran together)")  # fmt: skip
             events: dict[str, int] = {}
             events_source = ""
         else:
@@ -264,6 +268,51 @@ class Meter:
         }
 
 
+def tree_floor(members: Sequence[dict[str, Any]]) -> int:
+    """Bytes the process tree held at least at one moment: this process's own peak plus the
+    largest child it waited for (``getrusage`` says how much, not when: counted as if at
+    this process's peak) or, if more, the peaks of the job's ended members that ran
+    together. A child shorter than the sampling interval is counted all the same."""
+    import resource  # only where no cgroup counts memory
+
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    return own + max(children, int(together_mib(members) * MIB))
+
+
+def together_mib(members: Sequence[dict[str, Any]]) -> float:
+    """The most MiB the members' own process-tree peaks add up to among those whose runs
+    (``started`` to ``at``, to the second) overlap; ends at the same second as a start
+    count as overlapping."""
+    events: list[tuple[float, int, float]] = []
+    for member in members:
+        memory = member.get("host_memory") or {}
+        span = _span(member)
+        peak = memory.get("peak_mib")
+        if span is None or not isinstance(peak, int | float) or not _tree(memory):
+            continue
+        events += [(span[0], 0, peak), (span[1], 1, -peak)]
+    most = running = 0.0
+    for _, _, change in sorted(events):
+        running += change
+        most = max(most, running)
+    return most
+
+
+def _tree(memory: dict[str, Any]) -> bool:
+    scope = memory.get("scope")
+    return isinstance(scope, dict) and scope.get("covers") == TREE
+
+
+def _span(record: dict[str, Any]) -> tuple[float, float] | None:
+    """A record's run, ``started`` to ``at``, in seconds since the epoch."""
+    try:
+        started, at = (calendar.timegm(time.strptime(record[k], STAMP)) for k in ("started", "at"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return started, at
+
+
 def outside_pool(total: float, gpus: Sequence[dict[str, Any]]) -> tuple[float | None, str]:
     """The MiB outside the allocators' pools on one physical GPU (its CUDA context and
     libraries): NVML's ``total`` for the process minus every pool on it now (``gpus``, each
@@ -279,4 +328,4 @@ def outside_pool(total: float, gpus: Sequence[dict[str, Any]]) -> tuple[float | 
 
 
 def _stamp(seconds: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+    return time.strftime(STAMP, time.gmtime(seconds))

@@ -15,7 +15,18 @@ from collections.abc import Sequence
 from typing import Any
 
 # What a lead keeps of each member's record.
-KEPT = ("pid", "final", "reason", "frameworks", "gpus", "host_memory", "cpu", "run")
+KEPT = (
+    "pid",
+    "started",
+    "at",
+    "final",
+    "reason",
+    "frameworks",
+    "gpus",
+    "host_memory",
+    "cpu",
+    "run",
+)
 
 
 def trimmed(record: dict[str, Any]) -> dict[str, Any]:

@@ -5,11 +5,13 @@ is exported, never at start-up or at ``import tensorflow``. Names follow Prometh
 conventions: base units (``_bytes``, ``_seconds``), ``_ratio`` for shares, ``_total`` for
 counts; the suggestion is named as kube-state-metrics names a container's resources
 (``resource``, ``unit`` labels). Every series carries the record's labels (``job``,
-``pod``, ``namespace``, ...); a push groups by ``job`` and ``instance`` (the Pod).
+``pod``, ``namespace``, ...); a push groups by ``job`` and the job's identity
+(``identity``: the Pod, its namespace and task, the run), and so does the textfile's name.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from typing import Any
@@ -18,16 +20,20 @@ from .measure import MIB
 
 PACKAGE = "prometheus_client"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+LAUNCHED = ("slurm-", "torchrun-")  # the runs a launcher names (``job._launcher``)
+MAX_NAME = 200  # of a textfile's name, well inside a file system's 255 bytes
 _QUANTITY = re.compile(r"^([0-9.]+)(m|Mi)?$")
 
 
-def registry(record: dict[str, Any], omit: tuple[str, ...] = ()) -> Any:
+def registry(record: dict[str, Any], omit: tuple[str, ...] = (),
+             add: dict[str, str] | None = None) -> Any:  # fmt: skip
     """The record's metrics in a registry of their own, labelled with the record's labels
-    but ``omit`` (a push's grouping key adds those)."""
+    but ``omit`` (a push's grouping key adds those), and ``add``."""
     from prometheus_client import CollectorRegistry, Counter, Gauge
 
     found = CollectorRegistry()
-    labels = {k: v for k, v in (record.get("labels") or {"job": "tfboot"}).items() if k not in omit}
+    given = {**(record.get("labels") or {"job": "tfboot"}), **(add or {})}
+    labels = {k: v for k, v in given.items() if k not in omit}
     names = sorted(labels)
     made: dict[str, Any] = {}
 
@@ -98,13 +104,36 @@ def _quantity(resource: str, text: str) -> tuple[float, str]:
     return (number * MIB if suffix == "Mi" else number), "byte"
 
 
+def identity(record: dict[str, Any]) -> dict[str, str]:
+    """The labels that tell this job's metrics from any other job's on the node and on the
+    gateway: the Pod (``instance``) with its namespace and task, and the run the usage
+    report named (``job.identify``): a Slurm step's (``slurm-JOB.STEP``), a torchrun's, or,
+    outside a Kubernetes Pod (no namespace), the lead's own (host, pid, start). A Pod's
+    name and namespace name it alone, so a restarted container replaces its metrics."""
+    labels = record.get("labels") or {}
+    found = {"instance": labels.get("pod", "")}
+    for key in ("namespace", "task"):
+        if labels.get(key):
+            found[key] = labels[key]
+    run = (record.get("run") or {}).get("id")
+    if isinstance(run, str) and run and (run.startswith(LAUNCHED) or "namespace" not in found):
+        found["run"] = run
+    return found
+
+
 def textfile_name(record: dict[str, Any]) -> str:
-    """``tfboot-JOB-POD.prom``: one file per job and Pod in the collector's directory."""
-    labels = record["labels"]
-    parts = [labels.get("job", "tfboot"), labels.get("pod", "")]
-    if labels.get("task"):
-        parts.append(labels["task"])
-    return "tfboot-" + "-".join(_UNSAFE.sub("_", p) for p in parts if p) + ".prom"
+    """``tfboot-JOB-[NAMESPACE-]POD[-TASK][-RUN].prom``: one file per job in the collector's
+    directory, in characters safe in a file name; where making it safe or short changed
+    it, a digest of the labels it stands for keeps two jobs apart."""
+    key = identity(record)
+    parts = [(record.get("labels") or {}).get("job", "tfboot")]
+    parts += [key[k] for k in ("namespace", "instance", "task", "run") if key.get(k)]
+    safe = [_UNSAFE.sub("_", p) for p in parts]
+    name = "-".join(safe)
+    if safe != parts or len(name) > MAX_NAME:
+        digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+        name = f"{name[:MAX_NAME]}-{digest}"
+    return f"tfboot-{name}.prom"
 
 
 def write_textfile(directory: str, record: dict[str, Any]) -> str:
@@ -116,22 +145,21 @@ def write_textfile(directory: str, record: dict[str, Any]) -> str:
     from prometheus_client import write_to_textfile
 
     path = os.path.join(directory, textfile_name(record))
-    write_to_textfile(path, registry(record))
+    run = identity(record).get("run")
+    write_to_textfile(path, registry(record, add={"run": run} if run else None))
     return path
 
 
 def push(url: str, record: dict[str, Any], deadline_s: float) -> None:
-    """Push the record's metrics to a Pushgateway, grouped by job and instance (the Pod),
-    within ``deadline_s`` in all; the URL's credentials go as basic auth."""
+    """Push the record's metrics to a Pushgateway, grouped by job and the job's
+    ``identity``, within ``deadline_s`` in all; the URL's credentials go as basic auth."""
     from prometheus_client import push_to_gateway
 
     from .gateway import handler, split_credentials
 
     gateway, credentials = split_credentials(url)
     labels = record["labels"]
-    grouping = {"instance": labels.get("pod", "")}
-    if labels.get("task"):
-        grouping["task"] = labels["task"]
+    grouping = identity(record)  # prometheus_client escapes each value for the URL's path
     push_to_gateway(gateway, job=labels["job"], registry=registry(record, ("job", *grouping)),
                     grouping_key=grouping, timeout=deadline_s,
                     handler=handler(credentials, deadline_s))  # fmt: skip
