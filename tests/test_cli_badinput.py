@@ -123,7 +123,7 @@ BAD_MANIFESTS: dict[str, tuple[Callable[[Path], str], int, str]] = {
     "deep json": (write(b"[" * 100000 + b"]" * 100000), 1, "nested too deeply"),
     "scalar": (write(b'"just a string"\n'), 1, "no-workloads"),
     "list of numbers": (write(b"[1, 2, 3]\n"), 1, "no-workloads"),
-    "directory": (str, 2, "Is a directory"),
+    "empty directory": (str, 1, "no-workloads"),  # a folder is walked, as kubeconform does
     "device": (lambda _tmp: "/dev/zero", 2, "larger than 32 MiB"),
     "symlink loop": (symlink_loop, 2, "Too many levels of symbolic links"),
     "missing": (lambda tmp: str(tmp / "missing.yaml"), 2, "No such file or directory"),
@@ -138,6 +138,22 @@ def test_bad_manifest_input(case: str, tmp_path: Path, capsys: pytest.CaptureFix
     out, err = capsys.readouterr()
     text = out + err
     assert words in text and path in text
+
+
+def test_manifests_walks_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its YAML and JSON files, in subfolders too; other and hidden files left out."""
+    pod = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {}}}\nspec:\n  containers:\n"
+        "  - {{name: c, image: 'r.example/i:1', env: [{{name: CPU_THREADS, value: lots}}]}}\n"
+    )
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.yaml").write_text(pod.format("a"))
+    (tmp_path / "sub" / "b.yml").write_text(pod.format("b"))
+    (tmp_path / "notes.txt").write_text("kind: Pod\n")
+    (tmp_path / ".hidden.yaml").write_text(pod.format("hidden"))
+    assert main(["manifests", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "Pod/a" in out and "Pod/b" in out and "hidden" not in out and "notes" not in out
 
 
 def test_manifests_on_non_utf8_stdin() -> None:

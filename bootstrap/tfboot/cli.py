@@ -21,22 +21,9 @@ MIN_CAP_MB = 64  # selftest: room for growth's first regions in each half of a s
 MAX_TIMEOUT_S = 86400  # selftest: a day per row is already far past any sane wait
 
 DESCRIPTION = """\
-tfboot applies environment variables to TensorFlow at `import tensorflow`, with no change
-to your code: which GPUs are visible (VISIBLE_GPU), a memory cap per GPU (MEMORY_LIMIT_MB),
-memory growth (MEMORY_GROWTH), logical GPUs per GPU (VIRTUAL_SPLIT), CPU threads
-(CPU_THREADS) and more. Commands:
-
-  show        the settings tfboot resolves from this environment, and where each came from
-              (does not import TensorFlow)
-  check       validate the environment, or a .env file; exit status 1 on any error
-  doctor      import TensorFlow, apply, and report the devices, memory and threads it sees
-  selftest    check each GPU row of the contract on this node, each in a fresh process;
-              exit status 0 all passed or skipped, 1 a row failed, 3 no GPU
-  manifests   check Kubernetes manifests: env against resource limits, security context
-  inject      add tfboot to the Pod templates of manifests, no image rebuilt (docs/inject.md)
-  uninject    take out what inject added
-  suggest     what to set next time (env, Pod resources, Slurm options) from usage files
-"""
+tfboot makes TensorFlow, Keras 3, JAX and PyTorch obey a container's budget (GPUs, GPU
+memory, CPU threads, host memory) from environment variables, applied at the framework's
+import with no change to your code (VISIBLE_GPU, MEMORY_LIMIT_MB, CPU_THREADS, ...)."""
 
 EPILOG = """\
 examples:
@@ -48,6 +35,10 @@ examples:
   tfboot inject --image registry.example/tfboot-inject:0.1.0 job.yaml > job.injected.yaml
   tfboot suggest --patch usage/*.json > overlays/sized/usage.yaml
 """
+
+
+# Defaults that read better as the README gives them than as the parsed value (None).
+SHOWN_DEFAULTS = {"VISIBLE_GPU": "all"}
 
 
 def _cluster(settings: Any, env: dict[str, str]) -> dict[str, Any] | None:
@@ -74,7 +65,7 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
         elif env.get(variable.name, "").strip():
             value, source = env[variable.name], "env"
         else:
-            value, source = variable.default, "default"
+            value, source = SHOWN_DEFAULTS.get(variable.name, variable.default), "default"
         if isinstance(value, bool):
             value = str(value).lower()
         elif isinstance(value, str):
@@ -168,10 +159,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data))
         return 0
-    width = max(len(name) for name in data["settings"])
+    shown = {name: "unset" if row["value"] is None else str(row["value"])
+             for name, row in data["settings"].items()}  # fmt: skip
+    width, values = max(map(len, shown)), max(map(len, shown.values()))
     for name, row in data["settings"].items():
-        value = "unset" if row["value"] is None else row["value"]
-        print(f"{name:<{width}}  {value!s:<12}  {row['source']}")
+        print(f"{name:<{width}}  {shown[name]:<{values}}  {row['source']}")
     cpu = data["cpu"]
     quota = f"{cpu['quota']:g} CPUs from {cpu['quota_source']}" if cpu["quota"] else "none"
     print(f"\nCPU: {cpu['schedulable']} schedulable, quota {quota}", end="")
@@ -312,10 +304,15 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"tfboot {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
-    show = commands.add_parser("show", help="resolved settings and their sources (no TensorFlow)")
-    check = commands.add_parser("check", help="validate the environment or a .env file")
+    show = commands.add_parser(
+        "show", help="the settings resolved from this environment, and where each came from "
+        "(imports no framework)"
+    )  # fmt: skip
+    check = commands.add_parser(
+        "check", help="validate the environment, or a .env file; exit status 1 on any error"
+    )
     for sub in (show, check):
         sub.add_argument(
             "--env-file",
@@ -327,7 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(func=cmd_show)
     check.set_defaults(func=cmd_check)
 
-    doctor = commands.add_parser("doctor", help="import TensorFlow, apply, report what it sees")
+    doctor = commands.add_parser(
+        "doctor", help="import the frameworks, apply, and report the devices, memory and "
+        "threads each sees"
+    )  # fmt: skip
     doctor.add_argument("--json", action="store_true", help="print one JSON object")
     doctor.add_argument(
         "--verify",
@@ -345,7 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     selftest = commands.add_parser(
         "selftest",
-        help="check the GPU rows of the contract on this node, one fresh process per row",
+        help="check each GPU row of the contract on this node, one fresh process per row "
+        "(exit 0 passed or skipped, 1 a row failed, 3 no GPU)",
         description="Check each GPU row of the contract on this node (VISIBLE_GPU, "
         "MEMORY_LIMIT_MB, VIRTUAL_SPLIT, MEMORY_GROWTH, growth under a cap, the "
         "cuda_malloc_async warning, REQUIRE_GPU, XLA_JIT), each in a fresh Python process, "
@@ -396,7 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     manifests = commands.add_parser(
         "manifests",
-        help="check Kubernetes YAML (files or - for stdin)",
+        help="check Kubernetes manifests (files, folders, or - for stdin): env against "
+        "resource limits, security context",
         description=checker.DESCRIPTION,
         epilog=checker.EPILOG,
     )
@@ -407,8 +409,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, text, undo in (("inject", injector.DESCRIPTION, False),
                              ("uninject", injector.UNDO, True)):  # fmt: skip
-        sub = commands.add_parser(name, help=f"{name} tfboot (see docs/inject.md)",
-                                  description=text)  # fmt: skip
+        what = (
+            "take out what inject added"
+            if undo
+            else "add tfboot to the Pod templates of manifests, no image rebuilt"
+        )
+        sub = commands.add_parser(name, help=what, description=text)  # fmt: skip
         injector.add_arguments(sub, undo)
         sub.set_defaults(func=injector.run)
 

@@ -198,11 +198,12 @@ def render(report: dict[str, Any]) -> str:
     if host["problem"]:
         lines.append(f"  {host['problem']}")
     nccl = report["nccl"]
-    lines.append(
-        f"NCCL: /dev/shm {nccl['shm_mib']} MiB, memlock {nccl['memlock_mib']}"
-        + (" MiB" if isinstance(nccl["memlock_mib"], int) else "")
-        + (f" ({nccl['needed']})" if nccl["needed"] else " (not needed: one GPU, no cluster)")
-    )
+    if nccl["needed"]:  # NCCL runs between GPUs only: nothing to say with one, or none
+        lines.append(
+            f"NCCL: /dev/shm {nccl['shm_mib']} MiB, memlock {nccl['memlock_mib']}"
+            + (" MiB" if isinstance(nccl["memlock_mib"], int) else "")
+            + f" ({nccl['needed']})"
+        )
     lines.append(
         f"threads: intra-op {threads['intra_op']} ({threads['intra_op_source']}), "
         f"inter-op {threads['inter_op']} ({threads['inter_op_source']})"

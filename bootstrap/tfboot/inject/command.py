@@ -5,9 +5,11 @@ Input: files or ``-``, multi-document YAML or JSON; output: the same documents w
 Pod template injected (``template.py`` says with what), comments, order and untouched
 documents kept (``yamltext``). Every input is read and changed before anything is printed:
 a workload that cannot be injected (a ``PYTHONPATH`` from ``valueFrom``, an annotation naming
-no container) is an error naming it, and nothing is printed. Notes (a command that runs
-Python with ``-I``, ``-E`` or ``-S``) go to stderr. Exit status: 0, 1 on such an error, 2 when
-an input cannot be read.
+no container) is an error naming it, and nothing is printed. Notes go to stderr: a command
+that runs Python with ``-I``, ``-E`` or ``-S``, and each part of an object that runs
+containers but is no Pod template inject can change (``workloads.unreached``: Argo's
+templates, a KServe model server, a TrainJob), named with the reason. Exit status: 0 (with
+notes too), 1 on such an error, 2 when an input cannot be read.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..manifests.documents import DocumentError, InputError, parse_documents, read_source
+from ..manifests.workloads import unreached
 from . import template
 from .patch import InjectError, Options, inject, uninject
 
@@ -53,6 +56,12 @@ def _each_object(doc: Any) -> list[dict[str, Any]]:
     return [doc] if isinstance(doc, dict) else []
 
 
+def _object_name(obj: dict[str, Any]) -> str:
+    """The object's name, else its ``generateName`` (Argo's, a Job's), else ``?``."""
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    return str(metadata.get("name") or metadata.get("generateName") or "?")
+
+
 Change = Callable[[dict[str, Any], str], list[str]]
 
 
@@ -72,7 +81,7 @@ def rewrite_text(text: str, change: Change) -> tuple[str, list[str]]:
     notes: list[str] = []
     for doc in new:
         for obj in _each_object(doc):
-            name = f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name', '?')}"
+            name = f"{obj.get('kind')}/{_object_name(obj)}"
             notes += change(obj, name)
     try:
         out = yamltext.rewrite(text, docs, new)
@@ -139,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
         opts = Options(args.image, args.mode, claims)
 
         def change(obj: dict[str, Any], name: str) -> list[str]:
-            return inject(obj, opts, name)
+            skipped = [f"{name}: {why}" for why in unreached(obj)]
+            return inject(obj, opts, name) + skipped
 
     outputs: list[str] = []
     for file, text in sources:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 from .claims import read_claims
@@ -73,10 +74,29 @@ def _why(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def check_paths(paths: Sequence[str]) -> Report:
-    """Check files (``-`` for stdin); raises ``InputError`` when one cannot be read."""
-    report = Report()
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def expand(paths: Sequence[str]) -> list[str]:
+    """Each path, a folder replaced by the YAML and JSON files under it (``.yaml``, ``.yml``,
+    ``.json``, sorted, hidden ones left out), as kubeconform walks a folder."""
+    found: list[str] = []
     for path in paths:
+        if path == "-" or not os.path.isdir(path):
+            found.append(path)
+            continue
+        for folder, subfolders, files in os.walk(path):
+            subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+            found += [os.path.join(folder, name) for name in sorted(files)
+                      if name.endswith(MANIFEST_SUFFIXES) and not name.startswith(".")]  # fmt: skip
+    return found
+
+
+def check_paths(paths: Sequence[str]) -> Report:
+    """Check files and folders (``-`` for stdin); raises ``InputError`` when one cannot be
+    read."""
+    report = Report()
+    for path in expand(paths):
         check_text(*read_source(path), report)
     if not report.objects and not any(f.rule == "unreadable" for f in report.findings):
         report.add(

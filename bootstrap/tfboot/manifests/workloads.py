@@ -1,10 +1,14 @@
 """The workloads in the inputs: Pod templates, their containers, and the GPUs limits grant.
 
 Built-in kinds carry one Pod template; a JobSet carries one per replicatedJob and a Kubeflow
-TFJob one per replica type, each named by that group (``worker/train``). Any other kind
-(Kubeflow's other ``*Job`` kinds, Ray, Trainer's TrainJob, an operator's own) is searched
-for every ``template.spec.containers`` it holds, each checked like the known ones and
-named by the key or list item that holds it (``pytorchReplicaSpecs.Worker``).
+TFJob one per replica type, each named by that group (``worker/train``). A KServe
+InferenceService component (``predictor``, ``transformer``, ``explainer``) is its own Pod
+template: a PodSpec and the Pod's ``annotations`` inline. Any other kind (Kubeflow's other
+``*Job`` kinds, Ray, LeaderWorkerSet, Knative, an operator's own) is searched for every
+``template`` or ``...Template`` (``workerTemplate``, ``submitterPodTemplate``) with
+``spec.containers``, each checked like the known ones and named by the key or list item that
+holds it (``pytorchReplicaSpecs.Worker``). ``unreached`` names what runs containers but is
+no Pod template tfboot can change (Argo's templates, a KServe model server, a TrainJob).
 
 A container's GPUs come from its limits (device plugins), from the DRA claims it takes
 (``claims``), and from a KAI Scheduler share its Pod asks for (``kai``):
@@ -174,12 +178,39 @@ def templates(doc: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
             template = dig(spec, ("template",))
             if isinstance(template, dict):
                 yield str(rtype), template
-    elif kind in TEMPLATE_PATHS:
+    elif kind == "InferenceService":
+        yield from _kserve_components(doc)
+    elif kind in TEMPLATE_PATHS and _built_in(doc):
         template = dig(doc, TEMPLATE_PATHS[kind])
         if isinstance(template, dict):
             yield "", template
-    else:
+    elif kind not in UNREACHED:
         yield from _templates_anywhere(doc.get("spec"), "")
+
+
+def _built_in(doc: Mapping[str, Any]) -> bool:
+    """Of a built-in API group (``v1``, ``batch/v1``; none given counts): a CRD's group has a
+    dot, so Volcano's ``Job`` (``batch.volcano.sh``) or Knative's ``Service`` are not."""
+    version = str(doc.get("apiVersion", ""))
+    return "/" not in version or "." not in version.split("/")[0]
+
+
+# KServe (serving.kserve.io/v1beta1; kserve pkg/apis/serving/v1beta1 predictor.go): each
+# component inlines a PodSpec (containers, initContainers, volumes) and a
+# ComponentExtensionSpec whose ``annotations`` KServe gives the component's Pods.
+KSERVE_COMPONENTS = ("predictor", "transformer", "explainer")
+# A component's model server, whose container KServe builds from a ServingRuntime.
+KSERVE_SERVERS = ("model", "sklearn", "xgboost", "tensorflow", "pytorch", "triton", "onnx",
+                  "huggingface", "pmml", "lightgbm", "paddle", "art", "alibi", "aix")  # fmt: skip
+
+
+def _kserve_components(doc: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each component with containers of its own, as a Pod template that is its own metadata
+    (its ``annotations``) and its own spec."""
+    for name in KSERVE_COMPONENTS:
+        component = dig(doc, ("spec", name))
+        if isinstance(component, dict) and isinstance(component.get("containers"), list):
+            yield name, {"metadata": component, "spec": component}
 
 
 def pod_templates(doc: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -190,30 +221,151 @@ def pod_templates(doc: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]
 
 
 # An unknown kind's Pod templates are looked for this deep, among at most this many values.
+# So are found, each a ``template`` (or ``...Template``) with ``spec.containers``: Kubeflow's
+# PyTorchJob, MPIJob, XGBoostJob, PaddleJob (kubeflow.org/v1, v2beta1:
+# spec.<x>ReplicaSpecs.<type>.template); KubeRay's RayCluster, RayJob, RayService (ray.io/v1:
+# headGroupSpec.template, workerGroupSpecs[].template, under rayClusterSpec or
+# rayClusterConfig; RayJob's submitterPodTemplate); LeaderWorkerSet
+# (leaderworkerset.x-k8s.io/v1: leaderWorkerTemplate.leaderTemplate and .workerTemplate);
+# Trainer's TrainingRuntime (its JobSet's templates); Knative's Service (spec.template).
 MAX_DEPTH, MAX_VALUES = 12, 100_000
 
 
+def _is_template(key: Any, value: Any) -> bool:
+    """A Pod template: under ``template`` or a ``...Template`` key, with ``spec.containers``."""
+    named = key == "template" or str(key).endswith("Template")
+    return named and isinstance(dig(value, ("spec", "containers")), list)
+
+
+def _label(item: Any, index: int) -> str:
+    """A list item's name in a place: its ``name`` or ``groupName``, else its index."""
+    found = item.get("name") or item.get("groupName") if isinstance(item, Mapping) else None
+    return str(found or index)
+
+
+def _key_place(place: str, key: Any) -> str:
+    """A template's place: that of the mapping holding ``template``, or its own key's."""
+    return place if key == "template" else f"{place}.{key}".lstrip(".")
+
+
 def _templates_anywhere(node: Any, where: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every ``template`` whose ``spec`` has a ``containers`` list under ``node``, with its
-    place."""
-    stack, seen = [(node, where, 0)], 0
+    """Every Pod template (``_is_template``) under ``node``, with its place: the place that
+    holds a ``template``, or the ``...Template`` key's own."""
+    stack, seen = [(node, where, 0, False)], 0
+    while stack and seen < MAX_VALUES:
+        value, place, depth, found = stack.pop()
+        seen += 1
+        if found:
+            yield place or "spec", value
+        elif isinstance(value, Mapping):
+            items = [(v, _key_place(place, k), depth + 1, _is_template(k, v))
+                     for k, v in value.items()]  # fmt: skip
+            stack += reversed([item for item in items if item[3] or depth < MAX_DEPTH])
+        elif isinstance(value, list) and depth < MAX_DEPTH:
+            stack += [(item, f"{place}[{_label(item, index)}]", depth + 1, False)
+                      for index, item in reversed(list(enumerate(value)))]  # fmt: skip
+
+
+# Kinds that run Pods tfboot inject cannot change, each for a reason ``unreached`` gives.
+ARGO = ("Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "CronWorkflow")
+ARGO_STEPS = ("container", "script", "containerSet")  # an Argo template's that run a Pod
+SERVING_RUNTIMES = ("ServingRuntime", "ClusterServingRuntime")
+UNREACHED = (*ARGO, *SERVING_RUNTIMES, "TrainJob")
+ADMISSION = (
+    'label its Pods tfboot.dev/inject: "true" for an admission policy (docs/inject.md, '
+    "Workload kinds)"
+)
+KSERVE_SERVER = "KServe builds this model server's container from a ServingRuntime"
+KSERVE_WORKERS = "KServe's multi-node workers take no annotations, where inject keeps its record"
+# Kinds unreached as a whole, and why.
+WHOLE = {
+    **dict.fromkeys(SERVING_RUNTIMES, "KServe merges a ServingRuntime into the Pods of each "
+                    "InferenceService that uses it, and its Pod spec takes no initContainers"),
+    "TrainJob": "Kubeflow Trainer builds its Pods from the runtime it names (spec.runtimeRef) "
+                "and spec.trainer",
+}  # fmt: skip
+
+
+def unreached(doc: Mapping[str, Any]) -> Iterator[str]:
+    """Why each part of one object that runs containers is no Pod template tfboot inject can
+    change (``templates`` does not give it), naming the part; nothing when there is none."""
+    kind = str(doc.get("kind", ""))
+    if kind in ARGO:
+        yield from _argo(doc)
+    elif kind == "InferenceService":
+        yield from _kserve_unreached(doc)
+    elif kind in WHOLE:
+        yield f"{WHOLE[kind]}: not injected; {ADMISSION}"
+    else:
+        places = list(_containers_elsewhere(doc))
+        if places:
+            yield (
+                f"containers at {', '.join(places)} are in no Pod template tfboot inject knows "
+                f"(a template with spec.containers): not injected; {ADMISSION}"
+            )
+
+
+def _argo(doc: Mapping[str, Any]) -> Iterator[str]:
+    """Argo (argoproj.io/v1alpha1; argo-workflows pkg/apis/workflow/v1alpha1
+    workflow_types.go): a template's ``container``, ``script`` or ``containerSet`` is no Pod
+    template; Argo builds the Pod itself around its own executor."""
+    spec = dig(doc, ("spec", "workflowSpec") if doc.get("kind") == "CronWorkflow" else ("spec",))
+    entries = dig(spec, ("templates",))
+    runs = []
+    for index, entry in enumerate(entries if isinstance(entries, list) else []):
+        step = next((k for k in ARGO_STEPS if isinstance(dig(entry, (k,)), Mapping)), None)
+        if step:
+            runs.append(f"{_label(entry, index)} ({step})")
+    if runs:
+        yield (f"Argo runs templates {', '.join(runs)} in Pods it builds itself, around its own "
+               f"executor; tfboot inject does not edit Argo templates: {ADMISSION}")  # fmt: skip
+
+
+def _kserve_unreached(doc: Mapping[str, Any]) -> Iterator[str]:
+    """A component's model server and its multi-node workers."""
+    for name in KSERVE_COMPONENTS:
+        component = dig(doc, ("spec", name))
+        if not isinstance(component, Mapping):
+            continue
+        server = next((k for k in KSERVE_SERVERS if isinstance(component.get(k), Mapping)), "")
+        if server:
+            yield f"spec.{name}.{server}: {KSERVE_SERVER}: not injected; {ADMISSION}"
+        if isinstance(component.get("workerSpec"), Mapping):
+            yield f"spec.{name}.workerSpec: {KSERVE_WORKERS}: not injected; {ADMISSION}"
+
+
+# Where a spec holds containers: lists of them, and Argo's (or a like kind's) one.
+CONTAINER_LISTS = ("containers", "initContainers")
+
+
+def _containers_elsewhere(doc: Mapping[str, Any]) -> Iterator[str]:
+    """The places under ``spec`` that hold containers (an item or a ``container`` with an
+    ``image``) outside every Pod template ``templates`` gives."""
+    found = {id(template.get("spec")) for _, template in templates(doc)}
+    stack, seen = [(doc.get("spec"), "spec", 0)], 0
     while stack and seen < MAX_VALUES:
         value, place, depth = stack.pop()
         seen += 1
-        if isinstance(value, Mapping):
-            template = value.get("template")
-            if isinstance(dig(template, ("spec", "containers")), list):
-                yield place or "spec", template
-                continue
+        if isinstance(value, Mapping) and id(value) not in found:
+            yield from (f"{place}.{k}" for k, v in value.items() if _holds_containers(k, v))
             if depth < MAX_DEPTH:
-                stack += [(v, f"{place}.{k}".lstrip("."), depth + 1)
-                          for k, v in reversed(list(value.items()))]  # fmt: skip
+                stack += [(v, f"{place}.{k}", depth + 1)
+                          for k, v in reversed(list(value.items()))
+                          if not _holds_containers(k, v)]  # fmt: skip
         elif isinstance(value, list) and depth < MAX_DEPTH:
-            for index, item in reversed(list(enumerate(value))):
-                label = (
-                    item.get("name") or item.get("groupName") if isinstance(item, Mapping) else None
-                )
-                stack.append((item, f"{place}[{label or index}]", depth + 1))
+            stack += [(item, f"{place}[{_label(item, index)}]", depth + 1)
+                      for index, item in reversed(list(enumerate(value)))]  # fmt: skip
+
+
+def _has_image(value: Any) -> bool:
+    return isinstance(value, Mapping) and "image" in value
+
+
+def _holds_containers(key: Any, value: Any) -> bool:
+    """``containers`` or ``initContainers`` with a container, or one ``container``."""
+    if key in CONTAINER_LISTS and isinstance(value, list):
+        return any(_has_image(item) for item in value)
+    return key == "container" and _has_image(value)
 
 
 def workload_templates(docs: Sequence[Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
