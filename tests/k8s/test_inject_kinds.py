@@ -213,3 +213,12 @@ def test_a_crd_named_like_a_built_in_kind_is_searched() -> None:
     batch = {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": pod}}
     assert list(templates(batch)) == [("", pod)]
     assert list(templates({**batch, "apiVersion": None})) == [("", pod)]
+
+
+def test_the_checker_names_what_it_cannot_read() -> None:
+    """An input of Argo workflows only: a note per object, not "no workloads"."""
+    done = subprocess.run([sys.executable, "-m", "tfboot", "manifests", str(KINDS / "argo.yaml")],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stdout
+    assert "note not-checked: Argo runs templates" in done.stdout
+    assert "no-workloads" not in done.stdout

@@ -39,8 +39,10 @@ SECURE = {
 }  # fmt: skip
 
 
-def job(image: str, command: list[str], secure: bool = True) -> str:
-    """The app's Job as its team wrote it (comments included), before injection."""
+def job(image: str, command: list[str], secure: bool = True,
+        security: dict[str, Any] | None = None) -> str:  # fmt: skip
+    """The app's Job as its team wrote it (comments included), before injection; with
+    ``secure``, its container's securityContext is ``security`` (default ``SECURE``)."""
     container: dict[str, Any] = {
         "name": "train", "image": image, "command": command,
         "env": [{"name": "CPU_THREADS", "value": "2"}],
@@ -48,7 +50,7 @@ def job(image: str, command: list[str], secure: bool = True) -> str:
                       "limits": {"cpu": "2", "memory": "2Gi"}},
     }  # fmt: skip
     if secure:
-        container["securityContext"] = SECURE
+        container["securityContext"] = security or SECURE
         container["volumeMounts"] = [{"name": "tmp", "mountPath": "/tmp"}]
     pod = {"restartPolicy": "Never", "containers": [container]}
     if secure:
@@ -114,11 +116,15 @@ def _sub_path(volume: str, sub_path: str, image: str, into: Path) -> str:
 
 
 def start(spec: dict[str, Any], volumes: dict[str, str], files: Path | None = None,
-          ) -> tuple[int, str, str]:  # fmt: skip
+          user: str | None = None) -> tuple[int, str, str]:  # fmt: skip
     """Run one container of a Pod as the kubelet would: its image, command, env, mounts and
-    security context; emptyDir volumes are the named Docker volumes of ``volumes``."""
+    security context; emptyDir volumes are the named Docker volumes of ``volumes``. A
+    ``user`` (``UID:GID``) is the one the platform gives it (OpenShift's SCC)."""
     container = DockerContainer(spec["image"])
     settings = _security(spec.get("securityContext") or {})
+    if user is not None:
+        assert "user" not in settings, spec["securityContext"]  # the platform's UID, no other
+        settings["user"] = user
     if spec.get("command"):
         settings["entrypoint"] = spec["command"]
     if spec.get("args"):
@@ -148,9 +154,10 @@ def start(spec: dict[str, Any], volumes: dict[str, str], files: Path | None = No
 
 
 def replay(text: str, command: list[str] | None = None, files: Path | None = None,
-           ) -> tuple[int, str, str]:  # fmt: skip
+           user: str | None = None) -> tuple[int, str, str]:  # fmt: skip
     """The injected Job's Pod on the engine: its init containers in order, then the app
-    container (with ``command`` in place of its own, where given)."""
+    container (with ``command`` in place of its own, where given); every one as ``user``
+    where given."""
     (doc,) = [d for d in yaml.safe_load_all(text) if d and d["kind"] == "Job"]
     pod = doc["spec"]["template"]["spec"]
     volumes = {}
@@ -165,10 +172,10 @@ def replay(text: str, command: list[str] | None = None, files: Path | None = Non
                        check=True, capture_output=True)  # fmt: skip
     try:
         for init in pod.get("initContainers") or []:
-            status, out, err = start(init, volumes)
+            status, out, err = start(init, volumes, user=user)
             assert status == 0, (init["name"], out, err)
         app = pod["containers"][0]
-        return start({**app, **({"command": command} if command else {})}, volumes, files)
+        return start({**app, **({"command": command} if command else {})}, volumes, files, user)
     finally:
         subprocess.run(["docker", "volume", "rm", "-f", *volumes.values()], capture_output=True)
 
@@ -343,5 +350,34 @@ def test_no_image_of_the_pod_can_change_what_another_container_runs(
     assert status == 0, err
     found = last_json(out)
     assert (found["intra"], found["inter"]) == (2, 2), (found, err)
+    assert found["tfboot"] == "/tfboot/site/tfboot/__init__.py", found
+    assert found["applib"] == "applib" and found["image_sitecustomize"] is True, found
+
+
+# OpenShift's restricted-v2 SCC refuses a container that asks for a runAsUser outside the
+# namespace's range, and runs every container of the Pod as an arbitrary UID in group 0.
+OPENSHIFT_USER = "1000680000:0"
+
+
+def test_openshift_restricted_v2_an_arbitrary_uid_in_group_0_gets_the_budget(
+    injector: str, base_image: str, kubectl: str, tmp_path: Path
+) -> None:
+    """No injected container asks for a UID; each runs as the platform's arbitrary UID with
+    GID 0: the copy reads the injector's tree and fills the volume, the probe records the
+    image's PYTHONPATH, and the app runs tfboot's code and gets its budget."""
+    restricted = {k: v for k, v in SECURE.items() if k not in ("runAsUser", "runAsGroup")}
+    original = job(app_on(base_image, "app"), PROBE, security=restricted)
+    injected = tfboot("inject", "--image", injector, "-", stdin=original)
+    assert injected.returncode == 0, injected.stderr
+    pod = yaml.safe_load(injected.stdout)["spec"]["template"]["spec"]
+    asked = [(c["name"], c["securityContext"]) for c in pod["initContainers"] + pod["containers"]
+             if {"runAsUser", "runAsGroup"} & set(c["securityContext"])]  # fmt: skip
+    assert asked == [], asked
+    validated(kubectl, injected.stdout, tmp_path, KUBERNETES_VERSIONS[-1:])
+    status, out, err = replay(injected.stdout, user=OPENSHIFT_USER)
+    assert status == 0, err
+    found = last_json(out)
+    assert (found["intra"], found["inter"]) == (2, 2), (found, err)
+    assert err.count("tfboot: configured TensorFlow") == 1, err
     assert found["tfboot"] == "/tfboot/site/tfboot/__init__.py", found
     assert found["applib"] == "applib" and found["image_sitecustomize"] is True, found

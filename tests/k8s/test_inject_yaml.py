@@ -32,18 +32,26 @@ KEPT = {
     ),
     "bom": "\ufeff" + HEAD + "spec:\n  template:\n    spec:\n      containers:\n" + CONTAINER,
 }
+KEPT.update(
+    {
+        "block scalar PYTHONPATH": HEAD
+        + "spec:\n  template:\n    spec:\n      containers:\n"
+        + CONTAINER
+        + "        env:\n        - name: PYTHONPATH\n          value: >-\n"
+        "            /srv/lib\n        - name: MODE\n          value: fast\n",
+        "trailing comma": HEAD
+        + "spec:\n  template:\n    spec:\n      containers:\n"
+        + CONTAINER
+        + "      volumes: [{name: data, emptyDir: {}},]\n",
+        "merge key": HEAD + "x-base: &base\n  image: registry.example/train:1.0\nspec:\n"
+        "  template:\n    spec:\n      containers:\n      - <<: *base\n        name: train\n",
+    }
+)
 REFUSED = {
-    "block scalar PYTHONPATH": HEAD
-    + "spec:\n  template:\n    spec:\n      containers:\n"
-    + CONTAINER
-    + "        env:\n        - name: PYTHONPATH\n          value: >-\n"
-    "            /srv/lib\n        - name: MODE\n          value: fast\n",
-    "trailing comma": HEAD
-    + "spec:\n  template:\n    spec:\n      containers:\n"
-    + CONTAINER
-    + "      volumes: [{name: data, emptyDir: {}},]\n",
-    "merge key": HEAD + "x-base: &base\n  image: registry.example/train:1.0\nspec:\n"
-    "  template:\n    spec:\n      containers:\n      - <<: *base\n        name: train\n",
+    # The env list comes from the merge: editing it would change every user of the anchor.
+    "merged env": HEAD + "x-base: &base\n  image: registry.example/train:1.0\n  env:\n"
+    "  - {name: PYTHONPATH, value: /srv/lib}\nspec:\n  template:\n    spec:\n"
+    "      containers:\n      - <<: *base\n        name: train\n",
 }
 
 

@@ -125,8 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "uninject":
 
         def change(obj: dict[str, Any], name: str) -> list[str]:
-            uninject(obj)
-            return []
+            return uninject(obj, name)
 
     sources: list[tuple[str, str]] = []
     for path in args.paths:

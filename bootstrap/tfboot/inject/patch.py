@@ -8,6 +8,7 @@ image, mode and containers changes nothing; with others, it is taken out first.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -58,24 +59,40 @@ def inject(doc: dict[str, Any], opts: Options, name: str) -> list[str]:
         if _annotation(doc, template, t.OPT_OUT) == "false":
             continue
         chosen = _chosen(doc, template, where)
-        record = _record(template)
-        if [record.get(k) for k in ("image", "mode", "containers")] == [opts.image, opts.mode,
-                                                                       chosen]:  # fmt: skip
+        asked = _asked(doc, template, chosen, opts)
+        if _record(template).get("asked") == asked:
             continue
-        plans.append((where, template, chosen))
-    for where, template, chosen in plans:
+        plans.append((where, template, chosen, asked))
+    for where, template, chosen, _ in plans:
         _check_names(template, chosen, where)
     notes: list[str] = []
-    for where, template, chosen in plans:
+    for where, template, chosen, asked in plans:
         if _record(template):
-            _uninject_template(template)
-        notes += _inject_template(doc, template, chosen, opts, where)
+            notes += _uninject_template(template, where)
+        notes += _inject_template(doc, template, chosen, opts, where, asked)
     return notes
+
+
+def _asked(doc: Mapping[str, Any], template: Mapping[str, Any], chosen: list[str],
+           opts: Options) -> str:  # fmt: skip
+    """A digest of all tfboot's parts are made from: the injector image, the mode, the
+    containers, the annotations read, and each chosen container's probe (the app's image,
+    envFrom, pull policy, user). Equal to the record's: injected as asked already."""
+    apps = [t.probe_container(c) for c in dig(template, ("spec", "containers")) or []
+            if isinstance(c, dict) and c.get("name") in chosen]  # fmt: skip
+    given = [_annotation(doc, template, key) for key in (t.IMAGE_PYTHONPATH, t.SITE_PACKAGES)]
+    text = json.dumps([opts.image, opts.mode, chosen, given, apps], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _check_names(template: Mapping[str, Any], chosen: list[str], where: str) -> None:
     """The names tfboot's parts take must be free: a volume or init container of the user's
     by one of them is an error, never taken (those of an earlier injection are tfboot's)."""
+    probes = {t.probe_name(c) for c in chosen}
+    if len(probes) < len(set(chosen)):
+        raise InjectError(f"{where}: the containers {', '.join(chosen)} would give two of "
+                          "tfboot's probes one name: rename one, or choose the containers with "
+                          f"the annotation {t.CHOOSE}")  # fmt: skip
     earlier = t.owned([str(c) for c in _record(template).get("containers") or []])
     pod = template.get("spec") or {}
     for key, what in (("volumes", "volume"), ("initContainers", "init container")):
@@ -94,6 +111,10 @@ def _chosen(doc: Mapping[str, Any], template: Mapping[str, Any], where: str) -> 
     """The app containers to inject, checked: every one by default, else the annotation's."""
     containers = [c for c in dig(template, ("spec", "containers")) or [] if isinstance(c, dict)]
     names = [str(c.get("name", "")) for c in containers]
+    if "" in names:
+        raise InjectError(f"{where}: a container has no name (Knative names one "
+                          "user-container when it runs): give it a name, which inject's parts "
+                          "are named after")  # fmt: skip
     asked = _annotation(doc, template, t.CHOOSE)
     chosen = names if asked is None else [n.strip() for n in asked.split(",") if n.strip()]
     unknown = [n for n in chosen if n not in names]
@@ -102,19 +123,22 @@ def _chosen(doc: Mapping[str, Any], template: Mapping[str, Any], where: str) -> 
                           f"{', '.join(unknown)} (containers: {', '.join(names)})")  # fmt: skip
     for container in containers:
         if container.get("name") in chosen:
-            for entry in container.get("env") or []:
-                if (
-                    isinstance(entry, Mapping)
-                    and entry.get("name") == "PYTHONPATH"
-                    and ("valueFrom" in entry)
-                ):
-                    raise InjectError(
-                        f"{where} container {container['name']}: PYTHONPATH comes from "
-                        f"valueFrom ({json.dumps(entry['valueFrom'])}), which tfboot inject "
-                        "cannot merge its hook into: give PYTHONPATH as a value, or leave the "
-                        f"container out with the annotation {t.CHOOSE}"
-                    )
+            entry = _last(container.get("env"), "PYTHONPATH")
+            if entry is not None and "valueFrom" in entry:
+                raise InjectError(
+                    f"{where} container {container['name']}: PYTHONPATH comes from "
+                    f"valueFrom ({json.dumps(entry['valueFrom'])}), which tfboot inject "
+                    "cannot merge its hook into: give PYTHONPATH as a value, or leave the "
+                    f"container out with the annotation {t.CHOOSE}"
+                )
     return chosen
+
+
+def _last(env: Any, variable: str) -> dict[str, Any] | None:
+    """The entry of ``variable`` the container gets: the kubelet takes the last of a name
+    given twice (as kustomize and Helm merges leave it)."""
+    found = [e for e in env or [] if isinstance(e, dict) and e.get("name") == variable]
+    return found[-1] if found else None
 
 
 def _record(template: Mapping[str, Any]) -> dict[str, Any]:
@@ -135,11 +159,13 @@ def _list(owner: dict[str, Any], key: str, created: list[str], path: str) -> lis
 
 
 def _inject_template(
-    doc: Mapping[str, Any], template: dict[str, Any], chosen: list[str], opts: Options, where: str
-) -> list[str]:
+    doc: Mapping[str, Any], template: dict[str, Any], chosen: list[str], opts: Options,
+    where: str, asked: str,
+) -> list[str]:  # fmt: skip
     created: list[str] = []
     pythonpaths: dict[str, str | None] = {}
     memory: dict[str, str | None] = {}
+    wrote: dict[str, dict[str, str]] = {}
     notes: list[str] = []
     pod = template["spec"]
     caps = pod_mps_caps(pod, opts.claims) if opts.claims is not None else {}
@@ -156,37 +182,29 @@ def _inject_template(
         path = f"containers/{name}"
         mounts = _list(container, "volumeMounts", created, f"{path}/volumeMounts")
         mounts.append(t.app_mount(opts.mode))
+        values = wrote.setdefault(name, {})
         if site_packages:
-            mounts.append(t.pth_mount(opts.mode, site_packages))
-        env = container.get("env") if isinstance(container.get("env"), list) else []
-        if not site_packages:
-            env = _list(container, "env", created, f"{path}/env")
-        entry = next((e for e in env if _named("PYTHONPATH")(e)), None)
-        if site_packages:
-            pass  # the .pth in the image's site-packages: PYTHONPATH stays as it is
-        elif entry is not None:
-            old = str(entry.get("value", ""))
-            pythonpaths[name] = old
-            entry["value"] = f"{t.HOOK}:{old}" if old else t.HOOK
+            mounts.append(t.pth_mount(opts.mode, site_packages))  # PYTHONPATH stays as it is
+            unknown = False
         else:
-            pythonpaths[name] = None
-            image_value = "" if given == "none" else given
-            env.append({"name": "PYTHONPATH",
-                        "value": f"{t.HOOK}:{image_value}" if image_value else t.HOOK})  # fmt: skip
-            if given is None and opts.mode == "init":
-                env.append({"name": t.CONTAINER_ENV, "value": name})
-                inits.append(t.probe_container(container))
-                _list(pod, "volumes", created, "spec.volumes").append(t.record_volume(name))
-                mounts.append(t.record_mount(name))
-            elif given is None:
-                notes.append(
-                    f"{where} container {name}: the image's own PYTHONPATH (its ENV), if any, is "
-                    "replaced by the container's in Kubernetes, and image mode cannot read it: "
-                    f'give it in the annotation {t.IMAGE_PYTHONPATH} ("none" if it has none)'
-                )
+            env = _list(container, "env", created, f"{path}/env")
+            pythonpaths[name] = _merge_hook(env, given, values)
+            unknown = pythonpaths[name] is None and given is None  # the image's own: probe
+        if unknown and opts.mode == "init":
+            env.append({"name": t.CONTAINER_ENV, "value": name})
+            values[t.CONTAINER_ENV] = name
+            inits.append(t.probe_container(container))
+            _list(pod, "volumes", created, "spec.volumes").append(t.record_volume(name))
+            mounts.append(t.record_mount(name))
+        elif unknown:
+            notes.append(
+                f"{where} container {name}: the image's own PYTHONPATH (its ENV), if any, is "
+                "replaced by the container's in Kubernetes, and image mode cannot read it: "
+                f'give it in the annotation {t.IMAGE_PYTHONPATH} ("none" if it has none)'
+            )
         if name in caps:
             env = _list(container, "env", created, f"{path}/env")
-            notes += _carry_memory(env, caps[name], memory, name, where)
+            notes += _carry_memory(env, caps[name], memory, values, name, where)
         for why in ignored_by(container, bool(site_packages)):
             notes.append(f"{where} container {name}: its command runs Python with {why}, so the "
                          f"hook does not run there: {ADVICE}")  # fmt: skip
@@ -199,18 +217,34 @@ def _inject_template(
     if not isinstance(annotations.get("annotations"), dict):
         created.append("metadata.annotations")
         annotations["annotations"] = {}
-    record = {"mode": opts.mode, "image": opts.image, "containers": chosen, "created": created,
-              "pythonpath": pythonpaths, **({"memory": memory} if memory else {})}  # fmt: skip
+    record = {"mode": opts.mode, "image": opts.image, "containers": chosen, "asked": asked,
+              "created": created, "pythonpath": pythonpaths,
+              "wrote": {n: v for n, v in wrote.items() if v},
+              **({"memory": memory} if memory else {})}  # fmt: skip
     annotations["annotations"][t.RECORD] = json.dumps(record, separators=(",", ":"))
     return notes
 
 
-def _carry_memory(env: list[Any], cap: int, memory: dict[str, str | None], name: str,
-                  where: str) -> list[str]:  # fmt: skip
+def _merge_hook(env: list[Any], given: str | None, values: dict[str, str]) -> str | None:
+    """The hook first on the PYTHONPATH the container gets (its last entry), before the
+    container's own value, else the image's as given; the value it had (None: none)."""
+    entry = _last(env, "PYTHONPATH")
+    value = None if entry is None else entry.get("value")
+    own = None if entry is None else ("" if value is None else str(value))  # null is empty
+    if entry is None:
+        entry = {"name": "PYTHONPATH"}
+        env.append(entry)
+    merged = own if own is not None else ("" if given == "none" else given)
+    entry["value"] = values["PYTHONPATH"] = f"{t.HOOK}:{merged}" if merged else t.HOOK
+    return own
+
+
+def _carry_memory(env: list[Any], cap: int, memory: dict[str, str | None],
+                  values: dict[str, str], name: str, where: str) -> list[str]:  # fmt: skip
     """MEMORY_LIMIT_MB from the container's DRA MPS limit, where it is unset or ``auto``
     (which cannot see that limit); a number of the container's own is left for ``tfboot
-    manifests`` to judge."""
-    entry = next((e for e in env if _named(LIMIT)(e)), None)
+    manifests`` to judge. The entry the container gets is the last of that name."""
+    entry = _last(env, LIMIT)
     if entry is None:
         memory[name] = None
         env.append({"name": LIMIT, "value": str(cap)})
@@ -220,14 +254,18 @@ def _carry_memory(env: list[Any], cap: int, memory: dict[str, str | None], name:
     else:
         return [f"{where} container {name}: {LIMIT} is the container's own; its DRA claim's "
                 f"MPS limit allows at most {cap} (tfboot manifests checks it)"]  # fmt: skip
+    values[LIMIT] = str(cap)
     return []
 
 
-def uninject(doc: dict[str, Any]) -> None:
-    """Take tfboot's parts out of every Pod template of ``doc``."""
-    for _, template in templates(doc):
+def uninject(doc: dict[str, Any], name: str = "") -> list[str]:
+    """Take tfboot's parts out of every Pod template of ``doc`` (named ``name`` in notes);
+    the notes: each value the user changed after inject, kept, and what was not undone."""
+    notes: list[str] = []
+    for group, template in templates(doc):
         if _record(template):
-            _uninject_template(template)
+            notes += _uninject_template(template, f"{name} {group}".strip())
+    return notes
 
 
 def _without(owner: dict[str, Any], key: str, drop: Any, created: list[str], path: str) -> None:
@@ -244,21 +282,22 @@ def _named(*names: str) -> Any:
     return lambda item: isinstance(item, Mapping) and item.get("name") in names
 
 
-def _uninject_template(template: dict[str, Any]) -> None:
+def _uninject_template(template: dict[str, Any], where: str) -> list[str]:
     record = _record(template)
     created = [str(c) for c in record.get("created", [])]
     ours = _named(*t.owned([str(c) for c in record.get("containers") or []]))
     pod = template.get("spec") or {}
     _without(pod, "volumes", ours, created, "spec.volumes")
     _without(pod, "initContainers", ours, created, "spec.initContainers")
+    notes: list[str] = []
     for container in pod.get("containers") or []:
         if not isinstance(container, dict):
             continue
         path = f"containers/{container.get('name')}"
         _without(container, "volumeMounts", ours, created, f"{path}/volumeMounts")
-        name = container.get("name")
-        _without(container, "env", lambda e, n=name: not _env_back(e, n, record),
-                 created, f"{path}/env")  # fmt: skip
+        drop = _env_back(container, record, where, notes)
+        _without(container, "env", lambda e, d=drop: any(e is x for x in d), created,
+                 f"{path}/env")  # fmt: skip
     metadata = template.get("metadata")
     if isinstance(metadata, dict):
         annotations = metadata.get("annotations")
@@ -268,27 +307,79 @@ def _uninject_template(template: dict[str, Any]) -> None:
                 del metadata["annotations"]
         if not metadata and "metadata" in created:
             del template["metadata"]
+    return notes
 
 
-def _env_back(entry: Any, name: Any, record: Mapping[str, Any]) -> bool:
-    """Put one env entry of container ``name`` back as it was; False for one inject added
-    (tfboot's own variable, a PYTHONPATH or MEMORY_LIMIT_MB the container did not have)."""
-    if not isinstance(entry, dict):
-        return True
-    if entry.get("name") == t.CONTAINER_ENV:
-        return False
-    olds = {"PYTHONPATH": record.get("pythonpath") or {}, LIMIT: record.get("memory") or {}}
-    variable = entry.get("name")
-    if variable not in olds:
-        return True
-    value = str(entry.get("value", ""))
-    if name in olds[variable]:
-        old = olds[variable][name]
-    elif variable == "PYTHONPATH" and (value == t.HOOK or value.startswith(t.HOOK + ":")):
-        old = value[len(t.HOOK) + 1 :] or None  # no record: without the hook's entry
-    else:
-        return True
+def _env_back(container: dict[str, Any], record: Mapping[str, Any], where: str,
+              notes: list[str]) -> list[Any]:  # fmt: skip
+    """Put the container's env back as it was before inject, where it is still as inject
+    left it; a value the user changed since is kept (a note says so). The entries to drop:
+    those inject added."""
+    name = str(container.get("name"))
+    env = container.get("env") if isinstance(container.get("env"), list) else []
+    wrote = (record.get("wrote") or {}).get(name) or {}
+    drop = [e for e in [_last(env, t.CONTAINER_ENV)] if e is not None and
+            e.get("value") == name and name in (record.get("containers") or [])]  # fmt: skip
+    olds = record.get("pythonpath") or {}
+    entries = [e for e in env if isinstance(e, dict) and e.get("name") == "PYTHONPATH"]
+    hooked = [e for e in entries if t.HOOK in str(e.get("value", "")).split(":")]
+    here = f"{where} container {name}"
+    if name in olds:  # the hook's entry (an older inject's may not be the last), else the last
+        entry = (hooked or entries or [None])[-1]
+        drop += _pythonpath_back(entry, olds[name], wrote.get("PYTHONPATH"), here, notes)
+    elif hooked:  # no record of it: the hook taken out
+        drop += _pythonpath_back(hooked[-1], _unhooked(hooked[-1]), None, here, notes)
+    memory = record.get("memory") or {}
+    if name in memory:
+        drop += _memory_back(_last(env, LIMIT), memory[name], wrote.get(LIMIT), here, notes)
+    return drop
+
+
+def _unhooked(entry: Mapping[str, Any]) -> str | None:
+    """A PYTHONPATH value without the hook's own entry; None for nothing left."""
+    parts = str(entry.get("value", "")).split(":")
+    if t.HOOK in parts:
+        parts.remove(t.HOOK)
+    return ":".join(parts) or None
+
+
+def _pythonpath_back(entry: dict[str, Any] | None, old: str | None, wrote: str | None,
+                     where: str, notes: list[str]) -> list[Any]:  # fmt: skip
+    """PYTHONPATH as before inject (``old``; None: it had none), or, where the user changed
+    what inject wrote since, as it now is without the hook's entry, with a note."""
+    before = "it had none" if old is None else f"it was {old!r}"
+    if entry is None or "valueFrom" in entry:
+        how = "removed" if entry is None else "set from valueFrom"
+        if entry is not None or old is not None:
+            notes.append(f"{where}: PYTHONPATH was {how} after tfboot inject, so it is kept "
+                         f"as it is (before inject {before})")  # fmt: skip
+        return []
+    kept = _unhooked(entry)
+    if wrote is not None and entry.get("value") != wrote and kept != old:
+        entry["value"] = kept or ""
+        notes.append(f"{where}: PYTHONPATH was changed after tfboot inject, so only {t.HOOK} "
+                     f"was taken out, leaving {kept or ''!r} (before inject {before}): check "
+                     "it is as you want")  # fmt: skip
+        return []
     if old is None:
-        return False
+        return [entry]
     entry["value"] = old
-    return True
+    return []
+
+
+def _memory_back(entry: dict[str, Any] | None, old: str | None, wrote: str | None,
+                 where: str, notes: list[str]) -> list[Any]:  # fmt: skip
+    """MEMORY_LIMIT_MB as before inject (``old``: ``auto``, or None for unset), unless the
+    user changed what inject wrote: then it is kept, with a note."""
+    if entry is None:
+        return []  # the user removed it: nothing to give back over their change
+    if wrote is None or (entry.get("value") == wrote and "valueFrom" not in entry):
+        if old is None:
+            return [entry]
+        entry["value"] = old
+        return []
+    present = entry.get("value", "from valueFrom")
+    notes.append(f"{where}: {LIMIT} was changed after tfboot inject (now {present!r}; inject "
+                 f"wrote {wrote!r}), so it is kept (before inject it was "
+                 f"{'unset' if old is None else repr(old)})")  # fmt: skip
+    return []

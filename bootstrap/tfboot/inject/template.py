@@ -17,6 +17,8 @@ into an emptyDir of its own, which only its app container mounts, read-only, at
 from __future__ import annotations
 
 import copy
+import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 VOLUME = "tfboot"
@@ -29,7 +31,7 @@ RECORD_TARGET = "/tfboot-env"  # where a probe mounts its record volume
 RECORD_MOUNT = f"{MOUNT}/env"  # where its app container reads it (the hook's env folder)
 SIZE_LIMIT = "64Mi"  # the tree is about 2 MB; every Python's bytecode fits several times
 RECORD_LIMIT = "1Mi"  # one PYTHONPATH
-NONROOT_UID = 65532
+LABEL = 63  # a volume's or container's name is a DNS label of at most 63 characters
 MODES = ("init", "image")
 
 # Annotations, on the workload or its Pod template.
@@ -42,9 +44,10 @@ CONTAINER_ENV = "TFBOOT_INJECTED"  # the container's name, for the hook
 
 RESOURCES = {"requests": {"cpu": "10m", "memory": "16Mi"},
              "limits": {"cpu": "100m", "memory": "64Mi"}}  # fmt: skip
-SECURITY = {
-    "runAsNonRoot": True,
-    "runAsUser": NONROOT_UID,
+# No fixed UID (OpenShift's restricted-v2 refuses one outside the namespace's range and runs
+# each container as an arbitrary UID in group 0): the copy runs as the injector image's
+# numeric USER (or the platform's UID), a probe as its app container runs.
+HARDENED = {
     "allowPrivilegeEscalation": False,
     "readOnlyRootFilesystem": True,
     "capabilities": {"drop": ["ALL"]},
@@ -77,21 +80,34 @@ def pth_mount(mode: str, site_packages: str) -> dict[str, Any]:
             "subPath": f"tfboot/{PTH}" if mode == "image" else PTH, "readOnly": True}  # fmt: skip
 
 
-def _init_container(name: str, image: str, mount: dict[str, Any], **extra: Any) -> dict[str, Any]:
+IDENTITY = ("runAsUser", "runAsGroup", "runAsNonRoot")  # who a container runs as
+
+
+def _init_container(name: str, image: str, mount: dict[str, Any], security: dict[str, Any],
+                    **extra: Any) -> dict[str, Any]:  # fmt: skip
     return {
         "name": name,
         "image": image,
         **extra,
         "volumeMounts": [mount],
         "resources": copy.deepcopy(RESOURCES),
-        "securityContext": copy.deepcopy(SECURITY),
+        "securityContext": {**security, **copy.deepcopy(HARDENED)},
     }
 
 
 def copy_container(image: str) -> dict[str, Any]:
     """The init container that copies the tree (the injector image's default command): the
-    only container that mounts the tree writable."""
-    return _init_container(COPY_NAME, image, {"name": VOLUME, "mountPath": COPY_TARGET})
+    only container that mounts the tree writable. Non-root by the image's numeric USER, with
+    no UID of its own; the tree it copies is readable by any UID."""
+    mount = {"name": VOLUME, "mountPath": COPY_TARGET}
+    return _init_container(COPY_NAME, image, mount, {"runAsNonRoot": True})
+
+
+def _runs_as(app: Mapping[str, Any]) -> dict[str, Any]:
+    """Who the app container runs as, from its own securityContext (the Pod's applies to
+    both): a probe runs the app's image as the app does, so asks for no other UID."""
+    own = app.get("securityContext")
+    return {key: own[key] for key in IDENTITY if key in own} if isinstance(own, Mapping) else {}
 
 
 def probe_container(app: dict[str, Any]) -> dict[str, Any]:
@@ -106,7 +122,8 @@ def probe_container(app: dict[str, Any]) -> dict[str, Any]:
     if app.get("imagePullPolicy"):
         extra["imagePullPolicy"] = app["imagePullPolicy"]
     mount = {"name": probe_name(name), "mountPath": RECORD_TARGET}
-    return _init_container(probe_name(name), str(app.get("image", "")), mount, **extra)
+    image = str(app.get("image", ""))
+    return _init_container(probe_name(name), image, mount, _runs_as(app), **extra)
 
 
 def record_volume(container: str) -> dict[str, Any]:
@@ -120,8 +137,13 @@ def record_mount(container: str) -> dict[str, Any]:
 
 
 def probe_name(container: str) -> str:
-    """A probe's name: a DNS label of at most 63 characters."""
-    return (PROBE_PREFIX + container)[:63].rstrip("-")
+    """A probe's name (and its record volume's): a DNS label of at most 63 characters, unique
+    per container; a name cut to fit ends in a hash of the whole container name."""
+    whole = PROBE_PREFIX + container
+    if len(whole) <= LABEL:
+        return whole
+    digest = hashlib.sha256(container.encode()).hexdigest()[:8]
+    return f"{whole[: LABEL - len(digest) - 1].rstrip('-')}-{digest}"
 
 
 def owned(containers: list[str]) -> set[str]:

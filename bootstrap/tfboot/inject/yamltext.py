@@ -19,6 +19,11 @@ from typing import Any
 import yaml
 
 Edit = tuple[int, int, str]
+DASH_COMMENT = re.compile(r"[ \t]*(-)[ \t]+#.*")
+MERGE = "tag:yaml.org,2002:merge"  # the key ``<<``
+# What may be written into a scalar as it stands (a PYTHONPATH's entries): no quote, no
+# escape, no line break, nothing that starts a comment or a mapping value.
+VERBATIM = re.compile(r"[A-Za-z0-9/._@+=~-]*(:[A-Za-z0-9/._@+=~-]+)*:?")
 
 
 class Unsupported(ValueError):
@@ -42,16 +47,16 @@ class _Indented(_Dumper):
 def rewrite(text: str, old_docs: list[Any], new_docs: list[Any | None]) -> str:
     """``text`` with each document written from its old value (``old_docs``, as
     ``yaml.safe_load_all`` read ``text``) to its new one; a None new value is left alone."""
-    nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    nodes, aliases = _compose(text)
     edits: list[Edit] = []
-    for node, old, new in zip(nodes, old_docs, new_docs, strict=True):
+    for index, (node, old, new) in enumerate(zip(nodes, old_docs, new_docs, strict=True)):
         if new is None or node is None or old == new:
             continue
-        writer = _Writer(text, edits)
-        if isinstance(node, yaml.CollectionNode) and node.flow_style:  # a JSON document
-            writer._replace(node, writer._flow(node, new))
-        else:
-            writer.walk(node, old, new)
+        try:
+            _Writer(text, edits, aliases).walk(node, old, new)
+        except Unsupported as exc:
+            kind = new.get("kind") if isinstance(new, dict) else None
+            raise Unsupported(f"document {index + 1} ({kind or 'no kind'}): {exc}") from None
     # From the end back; at one place the last made first, so the first made (the deepest
     # part's) ends up first.
     out = text
@@ -64,9 +69,44 @@ def rewrite(text: str, old_docs: list[Any], new_docs: list[Any | None]) -> str:
     return out
 
 
+Slot = tuple[int, Any]  # a node's place: its parent's id, and its key node's id or its index
+
+
+class _Composer(yaml.SafeLoader):
+    """PyYAML's composer, noting where each alias (``*name``) stands: the node it gives is
+    the anchor's, whose marks are the anchor's place, not the alias's."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.aliases: dict[Slot, tuple[int, int]] = {}
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            self.aliases[_slot(parent, index)] = (event.start_mark.index, event.end_mark.index)
+        return super().compose_node(parent, index)
+
+
+def _slot(parent: yaml.Node | None, index: Any) -> Slot:
+    return id(parent), id(index) if isinstance(index, yaml.Node) else index
+
+
+def _compose(text: str) -> tuple[list[yaml.Node | None], dict[Slot, tuple[int, int]]]:
+    """Every document's node, and where the aliases stand."""
+    loader = _Composer(text)
+    try:
+        nodes = []
+        while loader.check_node():
+            nodes.append(loader.get_node())
+        return nodes, loader.aliases
+    finally:
+        loader.dispose()
+
+
 class _Writer:
-    def __init__(self, text: str, edits: list[Edit]) -> None:
-        self.text, self.edits = text, edits
+    def __init__(self, text: str, edits: list[Edit],
+                 aliases: dict[Slot, tuple[int, int]]) -> None:  # fmt: skip
+        self.text, self.edits, self.aliases = text, edits, aliases
         self.seen: dict[int, str] = {}
         self.indented = True
 
@@ -89,7 +129,7 @@ class _Writer:
         elif sequence and isinstance(new, list):
             (self._flow_sequence if node.flow_style else self._sequence)(node, old, new)
         elif isinstance(node, yaml.ScalarNode) and not isinstance(new, (dict, list)):
-            self._replace(node, _scalar(new, node.style, flow))
+            self._scalar(node, old, new, flow)
         else:
             self._replace(node, self._flow(node, new))
 
@@ -105,9 +145,9 @@ class _Writer:
         for i in range(kept):
             self.walk(items[i], old[i], new[i], flow=True)
         if len(new) > len(old):
-            at = self._close(node, "]")
-            added = ", ".join(json.dumps(x, ensure_ascii=False) for x in new[kept:])
-            self.edits.append((at, at, (", " if old else "") + added))
+            added = [json.dumps(x, ensure_ascii=False) for x in new[kept:]]
+            self._flow_add(node, "]", items[-1] if items else None, items[-1] if items else None,
+                           added)  # fmt: skip
         elif len(new) < len(old):
             start = items[kept - 1].end_mark.index if kept else items[0].start_mark.index
             self.edits.append((start, items[-1].end_mark.index, ""))
@@ -130,12 +170,29 @@ class _Writer:
                 self.edits.append((start, end, ""))
             else:
                 self.walk(value_node, old[key], new[key], flow=True)
-        added = [(k, v) for k, v in new.items() if k not in old]
+        added = [f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}"
+                 for k, v in new.items() if k not in old]  # fmt: skip
         if added:
-            at = self._close(node, "}")
-            text = ", ".join(f"{json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}"
-                             for k, v in added)  # fmt: skip
-            self.edits.append((at, at, (", " if len(entries) > len(gone) else "") + text))
+            kept = [entry for i, entry in enumerate(entries) if i not in gone]
+            self._flow_add(node, "}", kept[-1][0] if kept else None,
+                           kept[-1][1] if kept else None, added)  # fmt: skip
+
+    def _flow_add(self, node: yaml.CollectionNode, bracket: str, first: yaml.Node | None,
+                  last: yaml.Node | None, added: list[str]) -> None:  # fmt: skip
+        """Add items to a flow collection right after its last item (``first`` is where
+        that item starts: its key in a mapping), before a trailing comma or a comment; on
+        a line of their own where the items are each on one."""
+        close = self._close(node, bracket)
+        if first is None or last is None:
+            self.edits.append((close, close, ", ".join(added)))
+            return
+        at = last.end_mark.index
+        if "\n" in self.text[at:close]:
+            column = first.start_mark.column
+            sep = ",\n" + " " * column
+            self.edits.append((at, at, "".join(sep + item for item in added)))
+        else:
+            self.edits.append((at, at, "".join(", " + item for item in added)))
 
     def _key(self, node: yaml.Node) -> Any:
         return yaml.safe_load(self.text[node.start_mark.index : node.end_mark.index])
@@ -144,21 +201,24 @@ class _Writer:
     def _mapping(self, node: yaml.MappingNode, old: dict[str, Any], new: dict[str, Any]) -> None:
         column = node.value[0][0].start_mark.column
         self.indented = self._style(node)
-        for key_node, value_node in node.value:
+        own = [(k, v) for k, v in node.value if k.tag != MERGE]
+        if len(own) < len(node.value):
+            _merged_unchanged({self._key(k) for k, _ in own}, old, new)
+        for key_node, value_node in own:
             key = self._key(key_node)
             if key not in new:
-                self._delete(key_node.start_mark.index, value_node)
+                self._delete(key_node.start_mark.index, node, key_node, value_node)
             else:
                 self.walk(value_node, old[key], new[key])
         added = {k: v for k, v in new.items() if k not in old}
         if added:
-            at = self._after(node.value[-1][1])
+            at = self._after(node, *node.value[-1])
             self.edits.append((at, at, self._block(added, column)))
 
     # -- sequences ----------------------------------------------------------------------
     def _sequence(self, node: yaml.SequenceNode, old: list[Any], new: list[Any]) -> None:
         items = node.value
-        column = self._dash(items[0])
+        column = self._dash(node, 0)
         keys = [json.dumps(x, sort_keys=True, default=str) for x in old]
         matcher = difflib.SequenceMatcher(None, keys,
                                           [json.dumps(x, sort_keys=True, default=str) for x in new],
@@ -171,12 +231,12 @@ class _Writer:
                     self.walk(items[i], old[i], new[j])
                 continue
             for i in range(i1, i2):
-                self._delete(self._dash_index(items[i]), items[i])
+                self._delete(self._dash_index(node, i), node, i, items[i])
             if j2 > j1:
                 at = (
-                    self._after(items[i1 - 1])
+                    self._after(node, i1 - 1, items[i1 - 1])
                     if i1
-                    else self._line_start(self._dash_index(items[0]))
+                    else self._line_start(self._dash_index(node, 0))
                 )
                 self.edits.append((at, at, self._block(new[j1:j2], column)))
 
@@ -184,41 +244,102 @@ class _Writer:
     def _line_start(self, index: int) -> int:
         return self.text.rfind("\n", 0, index) + 1
 
-    def _content_end(self, node: yaml.Node) -> int:
-        while isinstance(node, yaml.CollectionNode) and not node.flow_style and node.value:
-            last = node.value[-1]
-            node = last[1] if isinstance(last, tuple) else last
-        end = node.end_mark.index
+    def _content_end(self, parent: yaml.Node, index: Any, node: yaml.Node) -> int:
+        """Where the text of ``node`` (at ``index`` in ``parent``) ends: its last leaf's end,
+        or its alias's, not counting the line breaks and comments that follow."""
+        while True:
+            alias = self.aliases.get(_slot(parent, index))
+            if alias is not None:
+                end = alias[1]
+                break
+            if _keeps_breaks(self.text, node):  # its final empty lines are its own
+                return node.end_mark.index - 1
+            if not (isinstance(node, yaml.CollectionNode) and not node.flow_style and node.value):
+                end = node.end_mark.index
+                break
+            parent = node
+            if isinstance(node, yaml.MappingNode):
+                index, node = node.value[-1]
+            else:
+                index, node = len(node.value) - 1, node.value[-1]
         while end > 0 and self.text[end - 1] in " \t\r\n":
             end -= 1
         return end
 
-    def _after(self, node: yaml.Node) -> int:
+    def _after(self, parent: yaml.Node, index: Any, node: yaml.Node) -> int:
         """Where a line goes after ``node``'s last line (its comment stays with it)."""
-        newline = self.text.find("\n", self._content_end(node))
+        newline = self.text.find("\n", self._content_end(parent, index, node))
         if newline < 0:
             self.edits.append((len(self.text), len(self.text), "\n"))
             return len(self.text)
         return newline + 1
 
-    def _dash_index(self, item: yaml.Node) -> int:
-        index = item.start_mark.index - 1
-        while index >= 0 and self.text[index] in " \t":
+    def _dash_index(self, sequence: yaml.SequenceNode, i: int) -> int:
+        alias = self.aliases.get(_slot(sequence, i))
+        index = (alias[0] if alias else sequence.value[i].start_mark.index) - 1
+        while index >= 0 and self.text[index] in " \t\r\n":  # the item may start a line below
             index -= 1
+        start = self._line_start(index)
+        dash = DASH_COMMENT.fullmatch(self.text[start : index + 1])  # `- # a comment`
+        if dash:
+            index = start + dash.start(1)
         if index < 0 or self.text[index] != "-":
             raise Unsupported("a list item is not where a block list puts it")
         return index
 
-    def _dash(self, item: yaml.Node) -> int:
-        index = self._dash_index(item)
+    def _dash(self, sequence: yaml.SequenceNode, i: int) -> int:
+        index = self._dash_index(sequence, i)
         return index - self._line_start(index)
 
-    def _delete(self, start: int, last: yaml.Node) -> None:
-        """Delete from ``start`` (a key or a dash alone on its line) to ``last``'s line end."""
+    def _delete(self, start: int, parent: yaml.Node, index: Any, last: yaml.Node) -> None:
+        """Delete from ``start`` (a key or a dash alone on its line) to the line end of
+        ``last`` (at ``index`` in ``parent``)."""
         begin = self._line_start(start)
         if self.text[begin:start].strip():
             raise Unsupported("a removed entry shares its line with another")
-        self.edits.append((begin, self._after(last), ""))
+        self.edits.append((begin, self._after(parent, index, last), ""))
+
+    # -- scalars ------------------------------------------------------------------------
+    def _scalar(self, node: yaml.ScalarNode, old: Any, new: Any, flow: bool) -> None:
+        """A changed scalar: where only its start changes (an entry put before a
+        ``PYTHONPATH``, or taken away again), that text alone is written or removed, so the
+        rest, its style (a block scalar's too) and escapes stay as they were; otherwise it
+        is written again in its quoting style."""
+        if isinstance(old, str) and isinstance(new, str) and old != new:
+            at = self._scalar_start(node)
+            if at is not None and new.endswith(old):
+                prefix = new[: len(new) - len(old)]
+                if VERBATIM.fullmatch(prefix) and (node.style or not prefix.startswith("-")):
+                    self.edits.append((at, at, prefix))
+                    return
+            elif at is not None and old.endswith(new) and (new or node.style):
+                prefix = old[: len(old) - len(new)]
+                if self.text.startswith(prefix, at):
+                    self.edits.append((at, at + len(prefix), ""))
+                    return
+        if node.style in ("|", ">"):
+            raise Unsupported("a block scalar (| or >) would change other than at its start: "
+                              "write it as a quoted string")  # fmt: skip
+        self._replace(node, _scalar(new, node.style, flow))
+
+    def _scalar_start(self, node: yaml.ScalarNode) -> int | None:
+        """Where a scalar's value starts in the text; None where that is not one place (a
+        block scalar whose first line is empty or set by an indentation indicator)."""
+        start = node.start_mark.index
+        if node.style in ("'", '"'):
+            return start + 1
+        if node.style not in ("|", ">"):
+            return start
+        header_end = self.text.find("\n", start)
+        header = self.text[start:header_end].split("#", 1)[0].strip()
+        if header_end < 0 or any(c.isdigit() for c in header):
+            return None
+        line = header_end + 1
+        end = self.text.find("\n", line)
+        content = self.text[line : end if end >= 0 else len(self.text)].rstrip("\r")
+        if not content.strip(" "):
+            return None
+        return line + len(content) - len(content.lstrip(" "))
 
     def _replace(self, node: yaml.Node, text: str) -> None:
         start, end = node.start_mark.index, node.end_mark.index
@@ -230,7 +351,7 @@ class _Writer:
         """Whether the document indents block lists under their key (kubectl does not)."""
         for key_node, value_node in node.value:
             if isinstance(value_node, yaml.SequenceNode) and not value_node.flow_style:
-                return self._dash(value_node.value[0]) > key_node.start_mark.column
+                return self._dash(value_node, 0) > key_node.start_mark.column
         return self.indented
 
     def _block(self, value: Any, column: int) -> str:
@@ -249,6 +370,26 @@ class _Writer:
         return json.dumps(value, ensure_ascii=False, indent=max(indent, 1)).replace(
             "\n", "\n" + " " * node.start_mark.column
         )
+
+
+def _keeps_breaks(text: str, node: yaml.Node) -> bool:
+    """A block scalar with keep chomping (``|+``, ``>+``), ending in a line break."""
+    if not (isinstance(node, yaml.ScalarNode) and node.style in ("|", ">")):
+        return False
+    header = text[node.start_mark.index : text.find("\n", node.start_mark.index)]
+    return (
+        "+" in header.split("#", 1)[0]
+        and text[node.end_mark.index - 1 : node.end_mark.index] == "\n"
+    )
+
+
+def _merged_unchanged(own: set[Any], old: dict[str, Any], new: dict[str, Any]) -> None:
+    """A mapping with a merge key (``<<: *base``) is edited only in its own entries: a value
+    it takes from the merge must stay as it is (the base serves other places too)."""
+    for key, value in old.items():
+        if key not in own and (key not in new or new[key] != value):
+            raise Unsupported(f"{key!r} comes from a merge key (<<) and would change: write "
+                              "it out in the mapping itself")  # fmt: skip
 
 
 def _scalar(value: Any, style: str | None, flow: bool = False) -> str:

@@ -13,7 +13,7 @@ from .injected import check_injected
 from .kai import kai_share
 from .report import Report
 from .variables import check_tfboot
-from .workloads import Container, configmaps, containers, workload_templates
+from .workloads import Container, configmaps, containers, dig, unreached, workload_templates
 
 CONTAINER_CHECKS = (check_resources, check_security, check_image, check_tfboot, check_injected)
 # What a field of an unexpected type raises; it is a finding, not a crash.
@@ -49,6 +49,12 @@ def check_text(file: str, text: str, report: Report) -> None:
                 report.containers += 1
                 for check in CONTAINER_CHECKS:
                     _run_check(check, container, report)
+        for doc in docs:
+            if isinstance(doc, dict):
+                for why in unreached(doc):
+                    obj = f"{doc.get('kind')}/{dig(doc, ('metadata', 'name')) or '?'}"
+                    objects.add(obj)
+                    report.add((file, obj, "-"), "not-checked", why)
         check_cluster(file, docs, maps, report)
     except SHAPE_ERRORS as exc:
         report.add((file, "-", "-"), "malformed", f"a field has the wrong shape: {_why(exc)}", FIX)

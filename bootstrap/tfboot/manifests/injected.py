@@ -22,9 +22,10 @@ def _named(items: Any, name: str) -> Mapping[str, Any] | None:
     return next((i for i in items or [] if isinstance(i, Mapping) and i.get("name") == name), None)
 
 
-def _pythonpath(container: Container) -> str | None:
-    entry = _named(container.spec.get("env"), "PYTHONPATH")
-    return None if entry is None else str(entry.get("value", ""))
+def _pythonpaths(container: Container) -> list[str]:
+    """Each PYTHONPATH value the container gives; the kubelet uses the last."""
+    return [str(e.get("value", "")) for e in container.spec.get("env") or []
+            if isinstance(e, Mapping) and e.get("name") == "PYTHONPATH"]  # fmt: skip
 
 
 def check_injected(container: Container, report: Report) -> None:
@@ -47,8 +48,9 @@ def check_injected(container: Container, report: Report) -> None:
         (m for m in mounts if m.get("mountPath") == t.MOUNT), mounts[0] if mounts else None
     )
     pth = any(str(m.get("mountPath", "")).endswith("/" + t.PTH) for m in mounts)
-    path = _pythonpath(container)
-    named = path is not None and t.HOOK in path.split(":")
+    paths = _pythonpaths(container)
+    path = paths[-1] if paths else None
+    named = any(t.HOOK in p.split(":") for p in paths)
     if mount is None and not named:
         return
     where = container.where
@@ -69,7 +71,13 @@ def check_injected(container: Container, report: Report) -> None:
     if "emptyDir" in volume and not (volume.get("emptyDir") or {}).get("sizeLimit"):
         report.add(where, "inject-mount", f"the {t.VOLUME} emptyDir has no sizeLimit",
                    f"set emptyDir.sizeLimit: {t.SIZE_LIMIT}")  # fmt: skip
-    if not pth and (path is None or path.split(":")[0] != t.HOOK):
+    if not pth and len(paths) > 1 and paths[-1].split(":")[0] != t.HOOK:
+        report.add(where, "inject-pythonpath",
+                   f"PYTHONPATH is given {len(paths)} times and the container gets the last, "
+                   f"{path!r}, which does not start with {t.HOOK}: nothing happens",
+                   "keep one PYTHONPATH entry (a kustomize or Helm merge can add a second), "
+                   f"with {t.HOOK} first; tfboot inject merges it into the last")  # fmt: skip
+    elif not pth and (path is None or path.split(":")[0] != t.HOOK):
         report.add(where, "inject-pythonpath",
                    f"PYTHONPATH={path!r} does not start with {t.HOOK}: the hook is not the "
                    "sitecustomize Python finds, and nothing happens",

@@ -16,6 +16,11 @@ RULES: dict[str, tuple[str, str]] = {
     "malformed": (ERROR, "a field has a shape Kubernetes does not accept"),
     "duplicate-key": (ERROR, "a key given twice in one mapping"),
     "no-workloads": (ERROR, "the input holds no workload with a Pod template"),
+    "not-checked": (
+        NOTE,
+        "containers outside any Pod template tfboot reads (Argo, KServe's "
+        "model runtimes): neither checked nor injected",
+    ),
     "config-invalid": (ERROR, "a tfboot variable has an invalid value"),
     "env-not-string": (ERROR, "an env value is not a string"),
     "memory-auto-without-share": (ERROR, "MEMORY_LIMIT_MB=auto with no GPU-sharing resource"),
