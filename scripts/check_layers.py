@@ -25,8 +25,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("executor", ("executor",)),
     ("usage", ("usage",)),
     ("start-up", ("", "_startup", "_hook")),
-    ("tools", ("__main__", "cli", "doctor", "verify", "selftest", "manifests", "inject",
-               "suggestcmd")),
+    ("kubernetes", ("kube",)),
+    (
+        "tools",
+        ("__main__", "cli", "doctor", "verify", "selftest", "manifests", "inject", "suggestcmd"),
+    ),
 )
 ADAPTERS = "adapters"
 
@@ -66,6 +69,12 @@ def layer(name: str) -> int | None:
     return next((i for i, (_label, members) in enumerate(LAYERS) if head in members), None)
 
 
+def _folder(name: str, modules: dict[str, Path]) -> bool:
+    """True when ``name`` lies in a sub-package (a folder) of tfboot, not a top-level file."""
+    head = ".".join(name.split(".")[:2])
+    return head in modules and modules[head].name == "__init__.py"
+
+
 def check(root: Path) -> list[str]:
     modules = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
     graph: dict[str, set[str]] = {}
@@ -89,6 +98,11 @@ def check(root: Path) -> list[str]:
             parts, other = name.split("."), target.split(".")
             if parts[1:2] == other[1:2] == [ADAPTERS] and len(parts) > 2 and len(other) > 2:
                 faults.append(f"{name} imports {target}: an adapter imports another adapter")
+            elif mine == theirs and _folder(name, modules) and _folder(target, modules) and \
+                    parts[1] != other[1]:  # fmt: skip
+                faults.append(f"{name} imports {target}: two folders of the {LAYERS[mine][0]} "
+                              "layer import each other; what they share belongs a layer "
+                              "below")  # fmt: skip
     faults += [f"import circle: {' -> '.join(c)}" for c in circles(graph)]
     return faults
 

@@ -18,7 +18,7 @@ import pytest
 from support import run_module, scenario_env
 from tfboot.cli import main
 from tfboot.envfile import MAX_BYTES
-from tfboot.manifests.documents import MAX_BYTES as MANIFEST_MAX_BYTES
+from tfboot.kube.documents import MAX_BYTES as MANIFEST_MAX_BYTES
 
 SECRET = "root:$6$Zq1secrethash$Vb4:19000:0:99999:7:::"
 

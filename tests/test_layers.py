@@ -55,6 +55,12 @@ def write(root: Path, files: dict[str, str]) -> Path:
             {"errors.py": "from . import values\n", "values.py": "from .errors import E\n"},
             "import circle: tfboot.errors -> tfboot.values -> tfboot.errors",
         ),
+        (  # what inject and the checker share lives in kube/, a layer below both
+            {"inject/__init__.py": "", "inject/patch.py": "from ..manifests.claims import C\n",
+             "manifests/__init__.py": "", "manifests/claims.py": ""},
+            "tfboot.inject.patch imports tfboot.manifests.claims: two folders of the tools "
+            "layer import each other",
+        ),
     ],
 )  # fmt: skip
 def test_the_check_finds_each_fault(tmp_path: Path, files: dict[str, str], fault: str) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from tfboot.manifests import main, mps_caps
-from tfboot.manifests.documents import parse_documents
+from tfboot.kube.documents import parse_documents
 
 pytestmark = pytest.mark.k8s
 

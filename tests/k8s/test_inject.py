@@ -53,7 +53,7 @@ def inject(text: str, *extra: str) -> str:
 
 
 def pods(text: str) -> list[dict]:
-    from tfboot.manifests.workloads import pod_templates
+    from tfboot.kube.workloads import pod_templates
 
     return [pod for d in yaml.safe_load_all(text) if d for _, pod in pod_templates(d)]
 

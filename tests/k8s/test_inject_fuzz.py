@@ -36,12 +36,12 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tfboot.inject import template as t
+from tfboot.kube import template as t
 from tfboot.inject import yamltext
 from tfboot.inject.command import rewrite_text
 from tfboot.inject.patch import InjectError, Options, inject, uninject
-from tfboot.manifests.documents import DocumentError
-from tfboot.manifests.workloads import templates
+from tfboot.kube.documents import DocumentError
+from tfboot.kube.workloads import templates
 
 pytestmark = pytest.mark.fuzz
 

@@ -85,7 +85,7 @@ def name_of(doc: dict[str, Any]) -> str:
 
 def groups(text: str) -> dict[str, list[tuple[str, dict[str, Any]]]]:
     """Each object's ``(group, pod spec)`` pairs, by ``kind/name``."""
-    from tfboot.manifests.workloads import pod_templates
+    from tfboot.kube.workloads import pod_templates
 
     return {name_of(d): list(pod_templates(d)) for d in yaml.safe_load_all(text) if d}
 
@@ -204,7 +204,7 @@ def test_the_checker_counts_the_kinds_inject_reaches() -> None:
 def test_a_crd_named_like_a_built_in_kind_is_searched() -> None:
     """Volcano's ``Job`` is not batch/v1's: its Pod templates are looked for, not its
     ``spec.template``."""
-    from tfboot.manifests.workloads import templates
+    from tfboot.kube.workloads import templates
 
     pod = {"spec": {"containers": [{"name": "worker", "image": "registry.example/train:4"}]}}
     volcano = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",

@@ -265,7 +265,7 @@ def test_long_container_names_get_distinct_probe_names() -> None:
     ],
 )  # fmt: skip
 def test_options_are_read_as_cpython_reads_them(command: list[str], found: list[str]) -> None:
-    from tfboot.inject.interpreter import ignored_by
+    from tfboot.kube.interpreter import ignored_by
 
     assert [why.split()[0] for why in ignored_by({"command": command})] == found
 

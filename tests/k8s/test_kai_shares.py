@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from tfboot.manifests import main
-from tfboot.manifests.kai import kai_share
+from tfboot.kube.kai import kai_share
 
 pytestmark = pytest.mark.k8s
 

@@ -21,9 +21,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..manifests.documents import DocumentError, InputError, parse_documents, read_source
-from ..manifests.workloads import unreached
-from . import template
+from ..kube import template
+from ..kube.documents import DocumentError, InputError, parse_documents, read_source
+from ..kube.workloads import unreached
 from .patch import InjectError, Options, inject, uninject
 
 DESCRIPTION = (
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     if args.command != "uninject":
         claims = None
         if args.memory_from_claims:
-            from ..manifests.claims import read_claims
+            from ..kube.claims import read_claims
 
             docs = []
             for _, text in sources:

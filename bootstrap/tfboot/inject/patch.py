@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..manifests.dracaps import pod_mps_caps
-from ..manifests.workloads import dig, templates
-from . import template as t
-from .interpreter import ADVICE, ignored_by
+from ..kube import template as t
+from ..kube.dracaps import pod_mps_caps
+from ..kube.interpreter import ADVICE, ignored_by
+from ..kube.workloads import dig, templates
 
 LIMIT = "MEMORY_LIMIT_MB"
 
@@ -29,7 +29,7 @@ class InjectError(ValueError):
 @dataclass(frozen=True)
 class Options:
     """What to inject: the injector image, the mode, and, for ``--memory-from-claims``, the
-    DRA claims in the inputs (``manifests.claims.read_claims``), else None."""
+    DRA claims in the inputs (``kube.claims.read_claims``), else None."""
 
     image: str
     mode: str = "init"

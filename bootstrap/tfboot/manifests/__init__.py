@@ -31,13 +31,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from ..kube.documents import InputError, quantity
+from ..kube.dracaps import mps_caps, pod_mps_caps
+from ..kube.environment import container_env
+from ..kube.report import Finding, Report, print_report
+from ..kube.rules import RULES
+from ..kube.workloads import Container, GpuGrant, gpu_grant
 from .checker import check_paths, check_text
-from .documents import InputError, quantity
-from .dracaps import mps_caps, pod_mps_caps
-from .environment import container_env
-from .report import Finding, Report, print_report
-from .rules import RULES
-from .workloads import Container, GpuGrant, gpu_grant
 
 __all__ = [
     "RULES",

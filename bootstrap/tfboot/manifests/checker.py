@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-from .claims import read_claims
+from ..kube.claims import read_claims
+from ..kube.documents import DocumentError, parse_documents, read_source
+from ..kube.kai import kai_share
+from ..kube.report import Report
+from ..kube.workloads import Container, configmaps, containers, dig, unreached, workload_templates
 from .cluster import check_cluster
-from .documents import DocumentError, parse_documents, read_source
 from .hardening import check_image, check_resources, check_security
 from .injected import check_injected
-from .kai import kai_share
-from .report import Report
 from .variables import check_tfboot
-from .workloads import Container, configmaps, containers, dig, unreached, workload_templates
 
 CONTAINER_CHECKS = (check_resources, check_security, check_image, check_tfboot, check_injected)
 # What a field of an unexpected type raises; it is a finding, not a crash.

@@ -18,10 +18,10 @@ from typing import Any
 from ..cluster.engines import detect
 from ..cluster.variables import ClusterSettings, read_cluster
 from ..errors import ConfigError
+from ..kube.environment import container_env
+from ..kube.report import Report
+from ..kube.workloads import Container, containers, dig, gpu_grant
 from ..settings import parse_variable, resolve
-from .environment import container_env
-from .report import Report
-from .workloads import Container, containers, dig, gpu_grant
 
 K8S_DEFAULT_PORT = 2222  # DIST_PORT's default under DISTRIBUTED=k8s, as TFJob's
 JOB_DEFAULT_BACKOFF = 6  # the Job API's default backoffLimit

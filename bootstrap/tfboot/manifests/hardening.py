@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..inject.template import is_injected_init
-from .documents import quantity
-from .report import Report
-from .workloads import DEVICE_COUNTS, MAX_DEVICES, MIG_RESOURCE, Container
+from ..kube.documents import quantity
+from ..kube.report import Report
+from ..kube.template import is_injected_init
+from ..kube.workloads import DEVICE_COUNTS, MAX_DEVICES, MIG_RESOURCE, Container
 
 
 def check_resources(container: Container, report: Report) -> None:

@@ -1,7 +1,7 @@
 """The checks of a workload ``tfboot inject`` changed: what must hold for the hook to run.
 
 A Pod template with tfboot's volume, or an app container whose ``PYTHONPATH`` names the hook,
-is checked for the parts ``tfboot inject`` adds (``inject/template.py``): the volume, the
+is checked for the parts ``tfboot inject`` adds (``kube/template.py``): the volume, the
 init container that fills it, the read-only mount, the hook first on ``PYTHONPATH``, and a
 command that does not keep the hook out (``python -I``, ``-E``, ``-S``). The init containers'
 resources and security context are checked like any container's.
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..inject import template as t
-from ..inject.interpreter import ADVICE, ignored_by
-from .report import Report
-from .workloads import Container
+from ..kube import template as t
+from ..kube.interpreter import ADVICE, ignored_by
+from ..kube.report import Report
+from ..kube.workloads import Container
 
 
 def _named(items: Any, name: str) -> Mapping[str, Any] | None:

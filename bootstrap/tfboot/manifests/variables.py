@@ -15,18 +15,18 @@ from ..adapters import Plan
 from ..adapters.tensorflow import make_plan
 from ..budget import NO_LIMIT, make_budget
 from ..errors import ConfigError, Problem
+from ..kube.documents import quantity
+from ..kube.dracaps import container_mps_cap
+from ..kube.environment import container_env
+from ..kube.headroom import Advice, advice
+from ..kube.report import Report
+from ..kube.workloads import Container, GpuGrant, container_grant
 from ..node.cpu import CpuBudget
 from ..node.deviceplugin import PLUGINS, auto_without_share
 from ..node.headroom import VARIABLE as HEADROOM
 from ..node.nccl import SHM
 from ..settings import CONTRACT, CONTROL, DISABLE, MAX_CPU_THREADS, Settings, disabled, resolve
-from .documents import quantity
-from .dracaps import container_mps_cap
-from .environment import container_env
-from .headroom import Advice, advice
 from .kaishares import check_kai, kai_plan_env, report_kai_elsewhere
-from .report import Report
-from .workloads import Container, GpuGrant, container_grant
 
 ACCEPTED = {variable.name: variable.accepted for variable in CONTRACT + CONTROL}
 
