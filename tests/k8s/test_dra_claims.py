@@ -15,8 +15,8 @@ import json
 from pathlib import Path
 
 import pytest
-from tfboot.manifests import main, mps_caps
 from tfboot.kube.documents import parse_documents
+from tfboot.manifests import main, mps_caps
 
 pytestmark = pytest.mark.k8s
 

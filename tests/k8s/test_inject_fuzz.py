@@ -36,10 +36,10 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tfboot.kube import template as t
 from tfboot.inject import yamltext
 from tfboot.inject.command import rewrite_text
 from tfboot.inject.patch import InjectError, Options, inject, uninject
+from tfboot.kube import template as t
 from tfboot.kube.documents import DocumentError
 from tfboot.kube.workloads import templates
 

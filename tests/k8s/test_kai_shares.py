@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
-from tfboot.manifests import main
 from tfboot.kube.kai import kai_share
+from tfboot.manifests import main
 
 pytestmark = pytest.mark.k8s
 
