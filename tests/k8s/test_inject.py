@@ -190,25 +190,7 @@ def test_unreadable_input() -> None:
     assert done.returncode == 1 and "Traceback" not in done.stderr and done.stdout == ""
 
 
-DRA_POD = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: train
-spec:
-  resourceClaims:
-    - name: gpu
-      resourceClaimTemplateName: mps-10g
-  containers:
-    - name: train
-      image: registry.example/train:1.0
-      resources:
-        claims:
-          - name: gpu
-      env:
-        - name: MEMORY_LIMIT_MB
-          value: auto
-"""
+DRA_POD = (TESTDATA / "dra" / "pod.yaml").read_text()  # MEMORY_LIMIT_MB=auto, a claim
 
 
 def test_memory_from_a_dra_claim_is_carried_and_taken_back() -> None:

@@ -40,27 +40,11 @@ TWICE = (
           value: /overlay/lib   # the overlay's: the one the process gets
 """
 )
-DRA_POD = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  name: train
-spec:
-  resourceClaims:
-    - name: gpu
-      resourceClaimTemplateName: mps-10g
-  containers:
-    - name: train
-      image: registry.example/train:1.0
-      resources:
-        claims:
-          - name: gpu
-      env:
-        - name: MEMORY_LIMIT_MB
-          value: "12000"
-        - name: MEMORY_LIMIT_MB
-          value: auto
-"""
+# The same Pod with MEMORY_LIMIT_MB twice (a merge): the kubelet gives the last, auto.
+FIRST = '        - name: MEMORY_LIMIT_MB\n          value: "12000"\n'
+DRA_POD = (TESTDATA / "dra" / "pod.yaml").read_text().replace(
+    "        - name: MEMORY_LIMIT_MB\n", FIRST + "        - name: MEMORY_LIMIT_MB\n", 1
+)
 CAP = str(10 * 1024 - 1536)  # the claim's 10Gi minus TensorFlow's headroom
 
 

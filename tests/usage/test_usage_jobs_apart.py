@@ -10,13 +10,13 @@ import json
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 from support import scenario_env, unavailable
+from test_usage_guest import serve
 from tfboot.usage import metrics
 from tfboot.usage.measure import together_mib
 
@@ -122,14 +122,7 @@ class Paths(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def gateway() -> Iterator[str]:
     Paths.seen = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Paths)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    yield from serve(Paths)
 
 
 def test_two_slurm_jobs_push_to_two_groups_escaped_as_the_gateway_wants(gateway: str) -> None:
