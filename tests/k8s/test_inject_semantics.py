@@ -42,8 +42,10 @@ TWICE = (
 )
 # The same Pod with MEMORY_LIMIT_MB twice (a merge): the kubelet gives the last, auto.
 FIRST = '        - name: MEMORY_LIMIT_MB\n          value: "12000"\n'
-DRA_POD = (TESTDATA / "dra" / "pod.yaml").read_text().replace(
-    "        - name: MEMORY_LIMIT_MB\n", FIRST + "        - name: MEMORY_LIMIT_MB\n", 1
+DRA_POD = (
+    (TESTDATA / "dra" / "pod.yaml")
+    .read_text()
+    .replace("        - name: MEMORY_LIMIT_MB\n", FIRST + "        - name: MEMORY_LIMIT_MB\n", 1)
 )
 CAP = str(10 * 1024 - 1536)  # the claim's 10Gi minus TensorFlow's headroom
 
