@@ -284,3 +284,31 @@ def test_a_container_without_a_name_is_refused_clearly() -> None:
     done = subprocess.run(command, input=text, capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and done.stdout == "", done.stdout
     assert "a container has no name" in done.stderr and "Traceback" not in done.stderr
+
+
+ARGO = ("apiVersion: argoproj.io/v1alpha1\nkind: Workflow\nmetadata:\n  name: w\n"
+        "  annotations: {{tfboot/inject: {value}}}\nspec:\n  templates:\n  - name: fit\n"
+        "    container: {{image: 'r.example/t:1'}}\n")  # fmt: skip
+
+
+@pytest.mark.parametrize("value", ['"false"', '"False"', '"0"', '"no"', '"OFF"'])
+def test_the_opt_out_takes_tfboot_s_boolean_spellings(value: str) -> None:
+    """Every spelling leaves the object alone, with nothing said of it."""
+    text = JOB_ANNOTATED.format(value=value)
+    done = tfboot("inject", "--image", IMAGE, "-", stdin=text)
+    assert done.returncode == 0 and done.stdout == text and done.stderr == "", done.stderr
+    argo = ARGO.format(value=value)
+    done = tfboot("inject", "--image", IMAGE, "-", stdin=argo)
+    assert (done.returncode, done.stdout, done.stderr) == (0, argo, "")
+
+
+def test_a_bad_opt_out_is_refused() -> None:
+    done = tfboot("inject", "--image", IMAGE, "-", stdin=JOB_ANNOTATED.format(value='"nope"'))
+    assert done.returncode == 1 and done.stdout == ""
+    assert "annotation tfboot/inject='nope' is invalid: expected true/false" in done.stderr
+
+
+JOB_ANNOTATED = ("apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: j\n"
+                 "  annotations: {{tfboot/inject: {value}}}\nspec:\n  template:\n"
+                 "    spec:\n      containers:\n"
+                 "      - {{name: train, image: 'r.example/t:1'}}\n")  # fmt: skip

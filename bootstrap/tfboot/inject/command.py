@@ -24,7 +24,7 @@ from typing import Any
 from ..kube import template
 from ..kube.documents import DocumentError, InputError, parse_documents, read_source
 from ..kube.workloads import unreached
-from .patch import InjectError, Options, inject, uninject
+from .patch import InjectError, Options, inject, opted_out, uninject
 
 DESCRIPTION = (
     "Add tfboot to the Pod templates of Kubernetes manifests (an init container or an image "
@@ -147,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
         opts = Options(args.image, args.mode, claims)
 
         def change(obj: dict[str, Any], name: str) -> list[str]:
+            if opted_out(obj, {}, name):
+                return []  # the whole object is left alone: nothing to say of it
             skipped = [f"{name}: {why}" for why in unreached(obj)]
             return inject(obj, opts, name) + skipped
 

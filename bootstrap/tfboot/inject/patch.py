@@ -18,6 +18,7 @@ from ..kube import template as t
 from ..kube.dracaps import pod_mps_caps
 from ..kube.interpreter import ADVICE, ignored_by
 from ..kube.workloads import dig, templates
+from ..settings import BOOL_ACCEPTED, BOOL_WORDS
 
 LIMIT = "MEMORY_LIMIT_MB"
 
@@ -50,13 +51,27 @@ def _annotation(doc: Mapping[str, Any], template: Mapping[str, Any], key: str) -
     return None
 
 
+def opted_out(doc: Mapping[str, Any], template: Mapping[str, Any], where: str) -> bool:
+    """``tfboot/inject`` on the Pod template, else the workload, read with tfboot's own
+    boolean spellings (``false``, ``0``, ``no``, ``off``, any case); another value is an
+    error, never taken for yes."""
+    value = _annotation(doc, template, t.OPT_OUT)
+    if value is None:
+        return False
+    word = value.strip().lower()
+    if word not in BOOL_WORDS:
+        raise InjectError(f"{where}: annotation {t.OPT_OUT}={value!r} is invalid: "
+                          f"{BOOL_ACCEPTED}")  # fmt: skip
+    return not BOOL_WORDS[word]
+
+
 def inject(doc: dict[str, Any], opts: Options, name: str) -> list[str]:
     """Inject every Pod template of ``doc`` (named ``name`` in messages); the notes to print.
     Raises ``InjectError`` before changing anything when one template cannot be injected."""
     plans = []
     for group, template in templates(doc):
         where = f"{name} {group}".strip()
-        if _annotation(doc, template, t.OPT_OUT) == "false":
+        if opted_out(doc, template, where):
             continue
         chosen = _chosen(doc, template, where)
         asked = _asked(doc, template, chosen, opts)
