@@ -69,6 +69,6 @@ if [ "$#" -eq 0 ]; then
     trap 'kill "$prebuild" 2>/dev/null || true' EXIT  # never outlive this script
 fi
 status=0
-.venv/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -rs "$@" || status=$?
+.venv/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -rs --durations=15 "$@" || status=$?
 if [ -n "$prebuild" ] && [ "$status" -eq 0 ]; then wait "$prebuild" || true; fi
 exit "$status"
