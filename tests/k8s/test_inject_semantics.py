@@ -207,7 +207,8 @@ def test_inject_again_follows_the_app_to_a_new_image() -> None:
 
 
 def test_long_container_names_get_distinct_probe_names() -> None:
-    first, second = "a" * 52 + "-first-container", "a" * 52 + "-second-container"
+    # Names Kubernetes accepts (at most 63) whose probes, 11 characters longer, must be cut
+    first, second = "a" * 50 + "-first-one", "a" * 50 + "-first-two"  # cut alike at 63
     text = (
         HEAD
         + "      containers:\n"
@@ -312,3 +313,13 @@ JOB_ANNOTATED = ("apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: j\n"
                  "  annotations: {{tfboot/inject: {value}}}\nspec:\n  template:\n"
                  "    spec:\n      containers:\n"
                  "      - {{name: train, image: 'r.example/t:1'}}\n")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["x;touch${IFS}/tmp/p", "Train", "a b", "$(id)"])
+def test_a_container_name_never_reaches_a_shell_unchecked(name: str) -> None:
+    """The probe's ``sh -c`` names the record file after the container."""
+    text = ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n"
+            f"  - {{name: {json.dumps(name)}, image: 'r.example/t:1'}}\n")  # fmt: skip
+    done = tfboot("inject", "--image", IMAGE, "-", stdin=text)
+    assert done.returncode == 1 and done.stdout == "", done.stdout
+    assert "is not a DNS label" in done.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from ..kube.workloads import dig, templates
 from ..settings import BOOL_ACCEPTED, BOOL_WORDS
 
 LIMIT = "MEMORY_LIMIT_MB"
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class InjectError(ValueError):
@@ -130,6 +132,12 @@ def _chosen(doc: Mapping[str, Any], template: Mapping[str, Any], where: str) -> 
         raise InjectError(f"{where}: a container has no name (Knative names one "
                           "user-container when it runs): give it a name, which inject's parts "
                           "are named after")  # fmt: skip
+    # A name reaches a probe's shell command and file names: only what Kubernetes accepts.
+    odd = [n for n in names if not DNS_LABEL.fullmatch(n)]
+    if odd:
+        raise InjectError(f"{where}: container name {odd[0]!r} is not a DNS label (lower-case "
+                          "letters, digits and '-', at most 63), which Kubernetes requires "
+                          "and inject names its parts after")  # fmt: skip
     asked = _annotation(doc, template, t.CHOOSE)
     chosen = names if asked is None else [n.strip() for n in asked.split(",") if n.strip()]
     unknown = [n for n in chosen if n not in names]
