@@ -75,6 +75,7 @@ def test_kubectl_style_keeps_its_style_and_merges_pythonpath() -> None:
     assert inject(out) == out
 
 
+@pytest.mark.slow
 def test_every_manifest_here_round_trips(rendered: dict[str, str]) -> None:
     sources = {f"overlay {n}": t for n, t in rendered.items()}
     for path in [*sorted((K8S / "examples").glob("*.yaml")), *sorted(TESTDATA.rglob("*.yaml"))]:

@@ -43,7 +43,7 @@ from tfboot.kube import template as t
 from tfboot.kube.documents import DocumentError
 from tfboot.kube.workloads import templates
 
-pytestmark = pytest.mark.fuzz
+pytestmark = [pytest.mark.fuzz, pytest.mark.slow]
 
 EXAMPLES = int(os.environ.get("TFBOOT_FUZZ_EXAMPLES", "200"))
 fuzz = settings(max_examples=EXAMPLES, deadline=None, database=None,
