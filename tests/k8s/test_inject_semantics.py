@@ -27,13 +27,14 @@ import yaml
 IMAGE = "registry.example/tfboot-inject:0.1.0"
 TESTDATA = Path(__file__).resolve().parent / "testdata"
 HEAD = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec:\n  template:\n    spec:\n"
+# One container, train, whose env list the test goes on with.
+TRAIN = HEAD + (
+    "      containers:\n      - name: train\n        image: registry.example/train:1.0\n"
+    "        env:\n"
+)
 TWICE = (
-    HEAD
+    TRAIN
     + """\
-      containers:
-      - name: train
-        image: registry.example/train:1.0
-        env:
         - name: PYTHONPATH
           value: /base/lib   # the base's, merged
         - name: PYTHONPATH
@@ -122,12 +123,8 @@ def test_the_memory_limit_is_carried_into_the_last_entry() -> None:
 def test_a_containers_own_tfboot_injected_is_kept() -> None:
     """Uninject takes out the TFBOOT_INJECTED entry inject added (the last), no other."""
     text = (
-        HEAD
+        TRAIN
         + """\
-      containers:
-      - name: train
-        image: registry.example/train:1.0
-        env:
         - name: TFBOOT_INJECTED
           value: kept
 """

@@ -146,6 +146,9 @@ def _restore_pythonpath(root, hook, at):
                 at = i + 1
                 break
         parts[at:at] = missing
+        # The one write of os.environ outside tfboot's executor (executor/environ.py): it
+        # runs before any tfboot module exists (and under interpreters tfboot never loads
+        # in), and PYTHONPATH is no variable tfboot reads as a user's, so it needs no record.
         os.environ["PYTHONPATH"] = os.pathsep.join(parts)
 
 
