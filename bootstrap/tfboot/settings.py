@@ -463,7 +463,7 @@ def resolve(
             problems.append(Problem("MEMORY_LIMIT_MB", given["MEMORY_LIMIT_MB"][0], missing, hint))
 
     cluster = None
-    if values["DISTRIBUTED"] != "off" and names is None:
+    if values["DISTRIBUTED"] != "off" and (names is None or "DISTRIBUTED" in names):
         from .cluster.variables import read_cluster
 
         try:

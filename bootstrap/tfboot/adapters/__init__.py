@@ -172,18 +172,14 @@ class Plan:
     def refuse(self, settings: Settings, name: str, why: str) -> None:
         """``name`` is set and this framework cannot apply it: an error when it runs the
         model, a note when it only came along."""
+        cluster = settings.cluster.given if settings.cluster is not None else {}
+        value, source = settings.given.get(name) or cluster[name]
         if self.role.runs_model:
             self.problems.append(
-                Problem(
-                    name,
-                    settings.given[name][0],
-                    why,
-                    f"unset {name} for this process",
-                    "cannot be applied",
-                )
+                Problem(name, value, why, f"unset {name} for this process", "cannot be applied")
             )
         else:
-            self.decisions.append(f"{settings.shown(name)} not applied: {why}")
+            self.decisions.append(f"{name}={value} ({source}) not applied: {why}")
 
     def setenv(self, env: Mapping[str, str], name: str, value: str, settings: Settings,
                variable: str, meaning: Callable[[str], object] = str) -> bool:  # fmt: skip

@@ -20,6 +20,8 @@ The installed JAX's and jaxlib's versions are read first (``node.versions``), an
 variable is written only to a version that reads it (docs/seams.md, versions column).
 - ``REQUIRE_GPU``: ``JAX_PLATFORMS=cuda``, so JAX fails instead of falling back to CPU.
 - ``CPU_THREADS``: the size of the CPU client's pool (see ``apply``).
+- ``DISTRIBUTED``: Keras 3's ``KERAS_DISTRIBUTION_*``, and the arguments
+  ``jax.distributed.initialize()`` leaves unset, filled by a wrapper (``cluster.launch``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from typing import Any
 from ..budget import FRAMEWORK_READS, Budget
 from ..budget.gpus import cap_over_gpu, cpu_split, no_gpu
 from ..budget.roles import NAMES, Role, decide
+from ..cluster.launch import DEACTIVATE_FROM
+from ..cluster.launch import refusals as cluster_refusals
 from ..errors import ConfigError, Problem
 from ..node.cuda import cuda_devices
 from ..node.nvml import read_inventory
@@ -107,7 +111,7 @@ def facts(stage: str, budget: Budget, read: Read) -> dict[str, Any]:
     if stage == "after":
         totals = _gpus(budget.env) if budget.settings.device_given() else ()
         return {"pool": _pool_problem(read), "started": bool(read.attr(f"{BRIDGE}._backends")),
-                "gpus": len(totals),
+                "gpus": len(totals), "jax": installed("jax"),
                 "narrowed": cuda_devices(budget.env, len(totals))[1]}  # fmt: skip
     totals = _gpus(budget.env) if budget.settings.device_given() else ()
     return {"totals": totals, "narrowed": cuda_devices(budget.env, len(totals))[1],
@@ -118,7 +122,8 @@ def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
     """``before``: JAX's environment; ``after``: its CPU client's pool."""
     if stage == "after":
         plan = _pool(budget, facts["pool"])
-        _visible(plan, budget, facts)
+        visible = _visible(plan, budget, facts)
+        _launch(plan, budget, visible, facts["jax"])
         return plan
     return plan_jax(budget, facts["totals"], facts["narrowed"], facts["jax"], facts["jaxlib"])
 
@@ -150,7 +155,23 @@ def plan_jax(budget: Budget, totals: tuple[int, ...], narrowed: bool = False,
     plan.warnings += budget.threads(NAME).warnings
     release_memory(plan, budget)
     plan.check()
+    if settings.cluster is not None and plan.role.runs_model:
+        budget.launch(NAME)  # raises on an invalid cluster, before JAX's code runs
     return plan
+
+
+def _launch(plan: Plan, budget: Budget, visible: tuple[int, ...] | None,
+            jax: Version | None) -> None:  # fmt: skip
+    """The cluster: Keras 3's variables, and ``jax.distributed.initialize``'s arguments."""
+    if budget.settings.cluster is None or not plan.role.runs_model:
+        return
+    cluster = budget.launch(NAME, visible, jax is None or jax >= DEACTIVATE_FROM)
+    plan.cluster = cluster
+    plan.environ.update(cluster.environ)
+    plan.warnings += cluster.warnings
+    if cluster.launch is not None:
+        arguments = (cluster.launch.arguments,)
+        plan.calls.append(Patch("jax distributed", arguments, cluster.line(), ("distributed",)))
 
 
 def _host_devices(plan: Plan, budget: Budget, count: int, jax: Version | None) -> str | None:
@@ -184,22 +205,24 @@ def _host_devices(plan: Plan, budget: Budget, count: int, jax: Version | None) -
     return None
 
 
-def _visible(plan: Plan, budget: Budget, facts: Mapping[str, Any]) -> None:
-    """``jax_cuda_visible_devices`` for ``VISIBLE_GPU``, set before a backend starts."""
+def _visible(plan: Plan, budget: Budget, facts: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """``jax_cuda_visible_devices`` for ``VISIBLE_GPU``, set before a backend starts: the
+    GPUs made visible, or None where none were chosen this way."""
     settings = budget.settings
     if not facts["gpus"] or facts["narrowed"] or settings.visible_gpu == ():
-        return
+        return None
     visible = budget.gpus(facts["gpus"], f"{NAME} will list").visible
     if visible is None:
-        return
+        return None
     why = settings.shown("VISIBLE_GPU")
     if facts["started"]:
         plan.warnings.append(f"{why} not applied to JAX: its backends had already started")
-        return
+        return None
     listed = ",".join(map(str, visible))  # JAX splits it at ","
     plan.decisions.append(f"GPUs {list(visible)} visible via jax.config {VISIBLE_FLAG} ({why})")
     plan.calls.append(Call("config.update", (VISIBLE_FLAG, listed), plan.decisions[-1],
                            "config.update"))  # fmt: skip
+    return visible
 
 
 def _pool(budget: Budget, problem: str | None) -> Plan:
@@ -264,13 +287,9 @@ def _refusals(plan: Plan, settings: Settings) -> None:
         )
     elif settings.xla_jit:
         plan.decisions.append(f"XLA JIT: always on in JAX ({settings.shown('XLA_JIT')})")
-    if settings.distributed != "off":
-        plan.refuse(
-            settings,
-            "DISTRIBUTED",
-            "it builds TensorFlow's TF_CONFIG; JAX starts a "
-            "cluster with jax.distributed.initialize()",
-        )
+    if settings.cluster is not None:
+        for name, why in cluster_refusals(NAME, settings.cluster):
+            plan.refuse(settings, name, why)
 
 
 def _plan_gpus(plan: Plan, budget: Budget, totals: tuple[int, ...], narrowed: bool,

@@ -11,6 +11,7 @@ everything is applied at ``import torch``:
   (preallocate) is refused.
 - ``CPU_THREADS``: ``torch.set_num_threads`` (unless ``OMP_NUM_THREADS`` is set, which
   PyTorch reads itself) and ``torch.set_num_interop_threads``.
+- ``DISTRIBUTED``: the variables ``init_process_group()`` reads (``cluster.launch``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 from ..budget import FRAMEWORK_READS, Budget
 from ..budget.gpus import no_gpu
 from ..budget.roles import NAMES, Role, decide
+from ..cluster.launch import refusals as cluster_refusals
 from ..errors import ConfigError, Problem
 from ..node.cuda import CUDA_VISIBLE, cuda_devices
 from ..node.nvml import read_inventory
@@ -86,6 +88,9 @@ def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
     if stage == "before":
         refusals_only = Plan(NAME, budget.role)
         refusals(refusals_only, budget.settings)
+        refusals_only.check()
+        if budget.settings.cluster is not None and budget.role.runs_model:
+            budget.launch(NAME)  # raises on an invalid cluster, before PyTorch's code runs
         return refusals_only
     made = plan_torch(budget, facts["devices"])
     if facts["started"]:
@@ -128,6 +133,9 @@ def plan_torch(budget: Budget, devices: list[str]) -> Plan:
         plan.decisions.append(f"inter-op threads {threads.count} ({threads.why})")
         plan.calls.append(_threads("set_num_interop_threads", threads.count, plan.decisions[-1]))
     release_memory(plan, budget)
+    if settings.cluster is not None and plan.role.runs_model:
+        plan.cluster = budget.launch(NAME)
+        plan.environ.update(plan.cluster.environ)
     if caps is not None:
         plan.calls.append(caps)  # queued for CUDA's start, after the pools are sized
     plan.check()
@@ -157,13 +165,9 @@ def refusals(plan: Plan, settings: Settings) -> None:
     ):
         if name in settings.given:
             plan.refuse(settings, name, why)
-    if settings.distributed != "off":
-        plan.refuse(
-            settings,
-            "DISTRIBUTED",
-            "it builds TensorFlow's TF_CONFIG; torchrun and "
-            "torch.distributed read their own variables",
-        )
+    if settings.cluster is not None:
+        for name, why in cluster_refusals(NAME, settings.cluster):
+            plan.refuse(settings, name, why)
     if settings.virtual_split != 1:
         plan.refuse(settings, "VIRTUAL_SPLIT", "PyTorch has no logical devices")
     if settings.memory_growth is False:

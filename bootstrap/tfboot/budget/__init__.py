@@ -84,6 +84,18 @@ class Budget:
             self.settings.distributed, self.settings.cluster, self.env, replicas, cpu_split
         )
 
+    def launch(
+        self, framework: str, visible: tuple[int, ...] | None = None, deactivates: bool = True
+    ) -> ClusterPlan:
+        """PyTorch's or JAX's place in the cluster (``DISTRIBUTED`` must not be off)."""
+        from ..cluster.plan import plan_launch
+
+        assert self.settings.cluster is not None
+        return plan_launch(
+            framework, self.settings.distributed, self.settings.cluster, self.env, visible,
+            deactivates,
+        )  # fmt: skip
+
 
 def make_budget(
     settings: Settings,

@@ -13,6 +13,8 @@ from typing import Any
 from ..errors import ConfigError, Problem
 from ..values import rows
 from .engines import Identity, identify
+from .launch import Launch, plan_jax, plan_torch
+from .launch import line as launch_line
 from .variables import ClusterSettings
 
 REPLICA_TYPES = ("chief", "worker")  # the tasks that hold MultiWorkerMirroredStrategy replicas
@@ -31,12 +33,15 @@ class ClusterPlan:
     settings: ClusterSettings
     replicas: int | None = None  # local replicas; None before TensorFlow lists devices
     warnings: list[str] = field(default_factory=list)
+    launch: Launch | None = None  # PyTorch's or JAX's values, for a task of a cluster
+    framework: str = "TensorFlow"
 
     @property
     def tf_config(self) -> str | None:
         """The ``TF_CONFIG`` tfboot sets, or None when it sets none."""
         config = self.identity.config
-        return config.to_json() if config is not None and self.identity.build else None
+        built = config is not None and self.identity.build and self.framework == "TensorFlow"
+        return config.to_json() if built and config is not None else None
 
     @property
     def peers(self) -> list[str]:
@@ -44,6 +49,8 @@ class ClusterPlan:
 
     @property
     def environ(self) -> dict[str, str]:
+        if self.launch is not None:
+            return dict(self.launch.environ)
         tf_config = self.tf_config
         return {} if tf_config is None else {"TF_CONFIG": tf_config}
 
@@ -52,9 +59,12 @@ class ClusterPlan:
         identity, config = self.identity, self.identity.config
         if config is None:
             why = identity.sources.get("single", "DISTRIBUTED=auto found no engine")
-            return f"cluster: single node ({why}); TF_CONFIG not set"
+            unset = "TF_CONFIG not set" if self.framework == "TensorFlow" else "nothing set"
+            return f"cluster: single node ({why}); {unset}"
         if not config.cluster:
             return "cluster: single node (TF_CONFIG names no cluster); nothing set"
+        if self.launch is not None:
+            return launch_line(self.launch, identity)
         src = identity.sources
         action = "TF_CONFIG built" if identity.build else "TF_CONFIG found, checked"
         if src.get("tf_config") == "inherited":
@@ -101,6 +111,8 @@ class ClusterPlan:
             "sources": dict(self.identity.sources),
             "given": rows(self.settings.given),
             "line": self.line(),
+            "framework": self.framework,
+            "launch": None if self.launch is None else self.launch.to_dict(),
         }
 
 
@@ -130,7 +142,31 @@ def plan_cluster(
                 "MultiWorkerMirroredStrategy uses one CPU replica per worker: the split adds "
                 "nothing here"
             )
-    cluster.warnings += [w for w in (_keras_warning(env), _proxy_warning(env, config.peers)) if w]
+    proxy = _proxy_warning(env, config.peers, "gRPC")
+    cluster.warnings += [w for w in (_keras_warning(env), proxy) if w]
+    return cluster
+
+
+def plan_launch(
+    framework: str,
+    mode: str,
+    settings: ClusterSettings,
+    env: Mapping[str, str],
+    visible: tuple[int, ...] | None = None,
+    deactivates: bool = True,
+) -> ClusterPlan:
+    """PyTorch's or JAX's cluster plan for ``DISTRIBUTED=mode`` (not off): ``visible``,
+    the GPUs tfboot leaves JAX; ``deactivates``: JAX can switch its own detection off."""
+    cluster = ClusterPlan(identify(mode, settings, env), settings, framework=framework)
+    config = cluster.identity.config
+    if config is None or not config.cluster:
+        return cluster
+    if framework == "PyTorch":
+        cluster.launch = plan_torch(cluster.identity, settings, env, mode)
+    else:
+        cluster.launch = plan_jax(cluster.identity, settings, env, mode, visible, deactivates)
+        proxy = _proxy_warning(env, config.peers, "JAX's coordination service (gRPC)")
+        cluster.warnings += [proxy] if proxy else []
     return cluster
 
 
@@ -219,7 +255,7 @@ def _bypassed(host: str, entries: list[str]) -> bool:
     return False
 
 
-def _proxy_warning(env: Mapping[str, str], peers: list[str]) -> str | None:
+def _proxy_warning(env: Mapping[str, str], peers: list[str], who: str) -> str | None:
     """A proxy variable gRPC obeys, not bypassed for every peer by no_proxy."""
     proxy = next((name for name in PROXIES if env.get(name, "").strip()), None)
     if proxy is None:
@@ -231,7 +267,7 @@ def _proxy_warning(env: Mapping[str, str], peers: list[str]) -> str | None:
     if not through:
         return None
     return (
-        f"{proxy} is set and gRPC would send the traffic to peers {', '.join(through[:4])}"
+        f"{proxy} is set and {who} would send the traffic to peers {', '.join(through[:4])}"
         f"{' ...' if len(through) > 4 else ''} through it; add their hosts or domain to no_proxy, "
         f"or unset {proxy}"
     )

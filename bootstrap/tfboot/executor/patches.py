@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import inspect
 import os
 from collections.abc import Callable
 from types import ModuleType
@@ -18,6 +20,8 @@ from ..budget.gpus import cap_over_gpu
 from ..budget.hostmemory import DataDefaults
 from ..errors import ConfigError
 from .environ import setenv
+
+WRAPPED = "__tfboot_wraps__"  # on tfboot's wrapper of a framework function: the original
 
 
 def tf_data_defaults(tf: ModuleType, defaults: DataDefaults) -> str | None:
@@ -114,7 +118,31 @@ def peer_watcher(
     return f"peer watcher started for {len(peers)} peer(s)"
 
 
+def jax_distributed(jax: ModuleType, arguments: dict[str, Any]) -> str | None:
+    """``jax.distributed.initialize`` with the cluster's values for the arguments the
+    caller leaves unset (None, or not passed); what the caller passes is kept."""
+    module = jax.distributed
+    original = module.initialize
+    if getattr(original, WRAPPED, None) is not None:
+        original = getattr(original, WRAPPED)  # a second configuration replaces the first
+    signature = inspect.signature(original)
+    filled = {n: v for n, v in arguments.items() if n in signature.parameters}
+
+    @functools.wraps(original)
+    def initialize(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind_partial(*args, **kwargs).arguments
+        for name, value in filled.items():
+            if bound.get(name) is None:
+                bound[name] = value
+        return original(**bound)
+
+    setattr(initialize, WRAPPED, original)
+    module.initialize = initialize
+    return f"jax.distributed.initialize fills unset {', '.join(filled)}"
+
+
 PATCHES: dict[str, Callable[..., str | None]] = {
+    "jax distributed": jax_distributed,
     "tf.data defaults": tf_data_defaults,
     "jax cpu pool": jax_cpu_pool,
     "torch caps": torch_caps,

@@ -1,0 +1,285 @@
+"""What PyTorch, JAX and Keras 3 get from the cluster: the values each reads to form a job.
+
+- PyTorch: ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK`` and
+  ``LOCAL_WORLD_SIZE``, what ``init_process_group()`` reads with ``env://`` (its default)
+  and what scripts read for their device. A value a launcher already set is checked, never
+  replaced: under ``torchrun`` (``TORCHELASTIC_RUN_ID``), whose rendezvous places the
+  ranks, the counts are checked and nothing is set.
+- JAX: the arguments ``jax.distributed.initialize()`` leaves unset (coordinator, process
+  count and id, ``initialization_timeout`` from ``DIST_STARTUP_TIMEOUT``), filled by the
+  executor's wrapper of that public function. JAX reads no process count or id from the
+  environment; off Slurm, where JAX's own detection agrees, its detection is switched off
+  (``cluster_detection_method="deactivate"``, JAX 0.4.36 on) so it looks for no
+  ``kubernetes`` package and needs no RBAC. ``JAX_COORDINATOR_ADDRESS`` and Kubeflow
+  Trainer's ``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID``, when set, must agree.
+- Keras 3 (JAX backend): ``KERAS_DISTRIBUTION_JOB_ADDRESSES``, ``_NUM_PROCESSES`` and
+  ``_PROCESS_ID``, which ``keras.distribution.initialize()`` reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError, Problem
+from ..provenance import user_value
+from ..values import digits
+from .engines import Identity
+from .variables import ClusterSettings
+from .world import World, world_of
+
+TORCHRUN = "TORCHELASTIC_RUN_ID"  # set by torchrun (torch.distributed.run) for its workers
+DEACTIVATE_FROM = (0, 4, 36)  # JAX's cluster_detection_method="deactivate"
+# What each framework cannot take from the contract, and why.
+REFUSED = {
+    "PyTorch": {
+        "DIST_STARTUP_TIMEOUT": "PyTorch's one timeout, init_process_group(timeout=...), also "
+        "bounds every collective after the group forms: pass it in the script",
+        "DIST_TERM_GRACE": "PyTorch ends on SIGTERM itself; the peer watcher and its grace "
+        "are TensorFlow's, which ignores SIGTERM while it waits on its peers",
+    },
+    "JAX": {
+        "DIST_REPLICAS_PER_WORKER": "JAX lists its devices only once "
+        "jax.distributed.initialize() started its backend; check jax.local_device_count() "
+        "in the script",
+        "DIST_TERM_GRACE": "JAX ends on SIGTERM itself; the peer watcher and its grace are "
+        "TensorFlow's, which ignores SIGTERM while it waits on its peers",
+    },
+}
+
+
+@dataclass
+class Launch:
+    """What one framework gets: variables to set, arguments to fill, and the log line."""
+
+    framework: str
+    world: World
+    environ: dict[str, str] = field(default_factory=dict)
+    arguments: dict[str, Any] = field(default_factory=dict)  # jax.distributed.initialize's
+    checked: list[str] = field(default_factory=list)  # a launcher's values that agree
+    launcher: str = ""  # who formed the job when tfboot sets nothing ("torchrun")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "framework": self.framework,
+            "rank": self.world.rank,
+            "size": self.world.size,
+            "local_rank": self.world.local_rank,
+            "local_size": self.world.local_size,
+            "coordinator": self.world.coordinator,
+            "set": dict(self.environ),
+            "arguments": dict(self.arguments),
+            "checked": list(self.checked),
+            "launcher": self.launcher or None,
+        }
+
+
+def _given(identity: Identity, settings: ClusterSettings, mode: str) -> tuple[str, str]:
+    """The variable that set the task types, and its value, for a refusal."""
+    if "DIST_TASKS" in settings.given:
+        return "DIST_TASKS", settings.given["DIST_TASKS"][0]
+    if identity.engine == "tf_config":
+        return "TF_CONFIG", "(set)"
+    return "DISTRIBUTED", mode
+
+
+def _integer(text: str) -> object:
+    number = digits(text)
+    return text.strip() if number is None else number
+
+
+def _host(text: str) -> object:
+    return text.strip().strip("[]").lower()
+
+
+def _first(text: str) -> object:
+    return text.split(",")[0].strip().lower()
+
+
+Meaning = Mapping[str, Callable[[str], object]]
+
+
+def agree(
+    env: Mapping[str, str], wanted: Mapping[str, str], why: str, meaning: Meaning
+) -> tuple[dict[str, str], list[str]]:
+    """The variables of ``wanted`` to set, and those a launcher set to the same meaning.
+
+    A value set otherwise is a contradiction, which names both sides; ``why`` says where
+    the contract's value came from.
+    """
+    environ: dict[str, str] = {}
+    checked: list[str] = []
+    problems: list[Problem] = []
+    for name, value in wanted.items():
+        theirs = user_value(env, name)
+        read = meaning.get(name, str.strip)
+        if theirs is None:
+            environ[name] = value
+        elif read(theirs) == read(value):
+            checked.append(name)
+        else:
+            problems.append(
+                Problem(
+                    name,
+                    theirs,
+                    f"the cluster tfboot forms from DISTRIBUTED and DIST_* gives {value} ({why})",
+                    "fix the DIST_* variables, or unset DISTRIBUTED to leave the job to "
+                    "the launcher that set it",
+                    verdict="contradicts the cluster",
+                )
+            )
+    if problems:
+        raise ConfigError(problems)
+    return environ, checked
+
+
+def _why(identity: Identity, world: World) -> str:
+    """``rank R of N (engine; type index, index from SOURCE)``."""
+    config = identity.config
+    assert config is not None
+    index = identity.sources.get("index", "TF_CONFIG")
+    return (
+        f"rank {world.rank} of {world.size} ({identity.engine}; {config.task_type} "
+        f"{config.task_index}, index from {index})"
+    )
+
+
+def plan_torch(identity: Identity, settings: ClusterSettings, env: Mapping[str, str],
+               mode: str) -> Launch:  # fmt: skip
+    """PyTorch's variables for ``identity`` (a task of a cluster)."""
+    world = world_of(identity, "PyTorch", _given(identity, settings, mode))
+    launch = Launch("PyTorch", world)
+    if user_value(env, TORCHRUN) is not None:
+        _torchrun(launch, settings, env)
+        return launch
+    expected = settings.replicas_per_worker
+    if expected is not None and expected != 1:
+        raise ConfigError(
+            Problem(
+                "DIST_REPLICAS_PER_WORKER",
+                settings.given["DIST_REPLICAS_PER_WORKER"][0],
+                "this task is one PyTorch process, so one replica",
+                f"start {expected} processes per task with torchrun --nproc-per-node="
+                f"{expected}, or set DIST_REPLICAS_PER_WORKER=1",
+                verdict="cannot be met",
+            )
+        )
+    host, port = world.master
+    wanted = {
+        "MASTER_ADDR": host,
+        "MASTER_PORT": port,
+        "WORLD_SIZE": str(world.size),
+        "RANK": str(world.rank),
+        "LOCAL_RANK": str(world.local_rank),
+        "LOCAL_WORLD_SIZE": str(world.local_size),
+    }
+    meaning = {n: _integer for n in wanted} | {"MASTER_ADDR": _host}
+    launch.environ, launch.checked = agree(env, wanted, _why(identity, world), meaning)
+    return launch
+
+
+def _torchrun(launch: Launch, settings: ClusterSettings, env: Mapping[str, str]) -> None:
+    """Under torchrun its rendezvous places the ranks: the counts must be the contract's."""
+    launch.launcher = "torchrun"
+    problems = []
+    nodes = user_value(env, "GROUP_WORLD_SIZE")
+    if nodes is not None and digits(nodes) != launch.world.size:
+        problems.append(
+            Problem(
+                "GROUP_WORLD_SIZE",
+                nodes,
+                f"torchrun counts {nodes.strip()} node(s), the cluster tfboot forms from "
+                f"DISTRIBUTED and DIST_* has {launch.world.size} task(s)",
+                "give torchrun --nnodes the number of tasks",
+                verdict="contradicts the cluster",
+            )
+        )
+    per_node = user_value(env, "LOCAL_WORLD_SIZE")
+    expected = settings.replicas_per_worker
+    if expected is not None and per_node is not None and digits(per_node) != expected:
+        problems.append(
+            Problem(
+                "LOCAL_WORLD_SIZE",
+                per_node,
+                f"torchrun starts {per_node.strip()} process(es) per node, "
+                f"DIST_REPLICAS_PER_WORKER={expected} expects {expected}",
+                "make torchrun --nproc-per-node and DIST_REPLICAS_PER_WORKER the same",
+                verdict="contradicts the cluster",
+            )
+        )
+    if problems:
+        raise ConfigError(problems)
+    launch.checked = [n for n in ("GROUP_WORLD_SIZE", "LOCAL_WORLD_SIZE") if user_value(env, n)]
+
+
+def plan_jax(identity: Identity, settings: ClusterSettings, env: Mapping[str, str], mode: str,
+             visible: tuple[int, ...] | None, deactivates: bool) -> Launch:  # fmt: skip
+    """JAX's ``initialize`` arguments and Keras 3's variables for ``identity``.
+
+    ``visible``: the GPUs tfboot made visible to JAX (kept by ``local_device_ids``, which
+    JAX would otherwise narrow on Slurm); ``deactivates``: this JAX has ``deactivate``.
+    """
+    world = world_of(identity, "JAX", _given(identity, settings, mode))
+    launch = Launch("JAX", world)
+    why = _why(identity, world)
+    checks = {
+        "JAX_COORDINATOR_ADDRESS": world.coordinator,
+        "JAX_NUM_PROCESSES": str(world.size),
+        "JAX_PROCESS_ID": str(world.rank),
+    }
+    keras = {
+        "KERAS_DISTRIBUTION_JOB_ADDRESSES": ",".join(world.addresses),
+        "KERAS_DISTRIBUTION_NUM_PROCESSES": str(world.size),
+        "KERAS_DISTRIBUTION_PROCESS_ID": str(world.rank),
+    }
+    meaning = {
+        "JAX_COORDINATOR_ADDRESS": _first,
+        "KERAS_DISTRIBUTION_JOB_ADDRESSES": _first,
+    } | {n: _integer for n in ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID")}
+    meaning |= {n: _integer for n in keras if n not in meaning}
+    _, launch.checked = agree(env, {n: v for n, v in checks.items() if user_value(env, n)},
+                              why, meaning)  # fmt: skip
+    launch.environ, kept = agree(env, keras, why, meaning)
+    launch.checked += kept
+    launch.arguments = {
+        "coordinator_address": world.coordinator,
+        "num_processes": world.size,
+        "process_id": world.rank,
+    }
+    if settings.startup_timeout is not None:
+        launch.arguments["initialization_timeout"] = settings.startup_timeout
+    if visible is not None:
+        launch.arguments["local_device_ids"] = list(visible)
+    elif identity.engine != "slurm" and deactivates:
+        launch.arguments["cluster_detection_method"] = "deactivate"
+    return launch
+
+
+def refusals(framework: str, settings: ClusterSettings) -> list[tuple[str, str]]:
+    """The ``DIST_*`` variables given that ``framework`` cannot take, with why."""
+    return [(n, why) for n, why in REFUSED.get(framework, {}).items() if n in settings.given]
+
+
+def line(launch: Launch, identity: Identity) -> str:
+    """The one log line: rank of N, rendezvous, what was set or checked, with sources."""
+    world = launch.world
+    what = _why(identity, world)
+    src = identity.sources
+    port = f" (port: {src['port']})" if "port" in src else ""
+    if launch.launcher:
+        checked = ", ".join(launch.checked) or "nothing to compare"
+        return (
+            f"cluster: {launch.framework} under {launch.launcher}, {identity.engine} task "
+            f"{world.rank} of {world.size}; {launch.launcher}'s variables kept ({checked} "
+            "checked against DIST_*); nothing set"
+        )
+    parts = [f"cluster: {launch.framework} {what}", f"rank 0 at {world.coordinator}{port}"]
+    if launch.environ:
+        parts.append("set " + " ".join(f"{n}={v}" for n, v in launch.environ.items()))
+    if launch.arguments:
+        filled = ", ".join(f"{n}={v!r}" for n, v in launch.arguments.items())
+        parts.append(f"jax.distributed.initialize() fills unset {filled}")
+    if launch.checked:
+        parts.append(f"{', '.join(launch.checked)} given, checked")
+    return "; ".join(parts)
