@@ -32,7 +32,9 @@ def jax(env: dict[str, str], gpus: int = 0, role: Role = MODEL, cpu: CpuBudget =
     made = budget(env, role, cpu, "jax")
     plan = plan_jax(made, (H100,) * gpus)
     pool = jax_adapter.plan(
-        "after", made, {"pool": None, "started": False, "gpus": gpus, "narrowed": False}
+        "after",
+        made,
+        {"pool": None, "started": False, "gpus": gpus, "narrowed": False, "jax": None},
     )
     plan.decisions += pool.decisions
     plan.calls += pool.calls
@@ -144,7 +146,6 @@ class TestJax:
             ("SOFT_PLACEMENT", "true", "soft placement is TensorFlow's"),
             ("LOG_DEVICE_PLACEMENT", "false", "JAX_LOG_COMPILES"),
             ("XLA_JIT", "false", "JAX always compiles with XLA"),
-            ("DISTRIBUTED", "k8s", "jax.distributed.initialize()"),
         ],
     )
     def test_tensorflow_only_variables_are_refused_by_name(
@@ -237,7 +238,6 @@ class TestTorch:
             ("SOFT_PLACEMENT", "true", "where its tensors are"),
             ("LOG_DEVICE_PLACEMENT", "true", "PyTorch has none"),
             ("XLA_JIT", "true", "torch.compile"),
-            ("DISTRIBUTED", "slurm", "torchrun"),
         ],
     )
     def test_what_pytorch_cannot_apply_is_refused(self, name: str, value: str, why: str) -> None:

@@ -78,7 +78,10 @@ print(json.dumps({"pool": jax_pool(), "devices": [d.platform for d in jax.device
                 {"SOFT_PLACEMENT": "true"},
                 "JAX: SOFT_PLACEMENT='true' cannot be applied: JAX places",
             ),
-            ({"DISTRIBUTED": "k8s"}, "JAX: DISTRIBUTED='k8s' cannot be applied: it builds"),
+            (
+                {"DISTRIBUTED": "k8s", "DIST_TERM_GRACE": "5"},
+                "JAX: DIST_TERM_GRACE='5' cannot be applied: JAX ends on SIGTERM itself",
+            ),
             ({"XLA_JIT": "off"}, "JAX: XLA_JIT='off' cannot be applied: JAX always compiles"),
             ({"CPU_THREADS": "lots"}, "JAX: CPU_THREADS='lots' is invalid: expected auto, host"),
         ],
@@ -138,7 +141,10 @@ print(json.dumps({"intra": torch.get_num_threads(), "inter": torch.get_num_inter
             ({"MEMORY_GROWTH": "false"}, "PyTorch: MEMORY_GROWTH='false' cannot be applied"),
             ({"XLA_JIT": "true"}, "PyTorch: XLA_JIT='true' cannot be applied"),
             ({"LOG_DEVICE_PLACEMENT": "1"}, "PyTorch: LOG_DEVICE_PLACEMENT='1' cannot be applied"),
-            ({"DISTRIBUTED": "slurm"}, "PyTorch: DISTRIBUTED='slurm' cannot be applied"),
+            (
+                {"DISTRIBUTED": "slurm", "DIST_STARTUP_TIMEOUT": "60"},
+                "PyTorch: DIST_STARTUP_TIMEOUT='60' cannot be applied: PyTorch's one timeout",
+            ),
         ],
     )
     def test_refusals_fail_import_torch_before_its_code_runs(
