@@ -76,16 +76,23 @@ def uninstall() -> None:
 
 
 def _hook_point(adapter: str, name: str, stage: str) -> "object":
-    """The callback for ``stage`` of ``name``'s import: the executor runs its adapter there."""
+    """The callback for ``stage`` of ``name``'s import: the executor runs its adapter there.
+    A ``ConfigError`` fails the import as itself (``_hook.alone``)."""
 
     def hook(module: "object") -> None:
         from importlib import import_module
 
         from . import _hook
+        from .errors import ConfigError
         from .executor import run
 
         configured = import_module(f"tfboot.adapters.{adapter}")
-        if run(configured, stage, module, name, _hook.importing()) is not None:
+        try:
+            result = run(configured, stage, module, name, _hook.importing())
+        except ConfigError as exc:  # the import fails with the error alone, not tfboot's frames
+            _hook.alone(exc)
+            raise
+        if result is not None:
             from .usage import watch
 
             watch(configured, name)

@@ -33,7 +33,6 @@ from typing import Any
 from ..budget import FRAMEWORK_READS, Budget
 from ..budget.gpus import cap_over_gpu, cpu_split, no_gpu
 from ..budget.roles import NAMES, Role, decide
-from ..cluster.launch import DEACTIVATE_FROM
 from ..cluster.launch import refusals as cluster_refusals
 from ..errors import ConfigError, Problem
 from ..node.cuda import cuda_devices
@@ -156,7 +155,7 @@ def plan_jax(budget: Budget, totals: tuple[int, ...], narrowed: bool = False,
     release_memory(plan, budget)
     plan.check()
     if settings.cluster is not None and plan.role.runs_model:
-        budget.launch(NAME)  # raises on an invalid cluster, before JAX's code runs
+        budget.launch(NAME, None, jax)  # raises on an invalid cluster, before JAX's code runs
     return plan
 
 
@@ -165,7 +164,7 @@ def _launch(plan: Plan, budget: Budget, visible: tuple[int, ...] | None,
     """The cluster: Keras 3's variables, and ``jax.distributed.initialize``'s arguments."""
     if budget.settings.cluster is None or not plan.role.runs_model:
         return
-    cluster = budget.launch(NAME, visible, jax is None or jax >= DEACTIVATE_FROM)
+    cluster = budget.launch(NAME, visible, jax)
     plan.cluster = cluster
     plan.environ.update(cluster.environ)
     plan.warnings += cluster.warnings

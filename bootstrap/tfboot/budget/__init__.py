@@ -85,15 +85,17 @@ class Budget:
         )
 
     def launch(
-        self, framework: str, visible: tuple[int, ...] | None = None, deactivates: bool = True
+        self,
+        framework: str,
+        visible: tuple[int, ...] | None = None,
+        jax: tuple[int, ...] | None = None,
     ) -> ClusterPlan:
         """PyTorch's or JAX's place in the cluster (``DISTRIBUTED`` must not be off)."""
         from ..cluster.plan import plan_launch
 
         assert self.settings.cluster is not None
         return plan_launch(
-            framework, self.settings.distributed, self.settings.cluster, self.env, visible,
-            deactivates,
+            framework, self.settings.distributed, self.settings.cluster, self.env, visible, jax,
         )  # fmt: skip
 
 

@@ -27,10 +27,12 @@ from ..provenance import user_value
 from ..values import digits
 from .engines import Identity
 from .variables import ClusterSettings
+from .watcher import TERM_GRACE_S
 from .world import World, world_of
 
 TORCHRUN = "TORCHELASTIC_RUN_ID"  # set by torchrun (torch.distributed.run) for its workers
 DEACTIVATE_FROM = (0, 4, 36)  # JAX's cluster_detection_method="deactivate"
+HEARTBEAT_FROM = (0, 7, 0)  # jax.distributed.initialize's heartbeat_timeout_seconds
 # What each framework cannot take from the contract, and why.
 REFUSED = {
     "PyTorch": {
@@ -43,8 +45,6 @@ REFUSED = {
         "DIST_REPLICAS_PER_WORKER": "JAX lists its devices only once "
         "jax.distributed.initialize() started its backend; check jax.local_device_count() "
         "in the script",
-        "DIST_TERM_GRACE": "JAX ends on SIGTERM itself; the peer watcher and its grace are "
-        "TensorFlow's, which ignores SIGTERM while it waits on its peers",
     },
 }
 
@@ -214,11 +214,13 @@ def _torchrun(launch: Launch, settings: ClusterSettings, env: Mapping[str, str])
 
 
 def plan_jax(identity: Identity, settings: ClusterSettings, env: Mapping[str, str], mode: str,
-             visible: tuple[int, ...] | None, deactivates: bool) -> Launch:  # fmt: skip
+             visible: tuple[int, ...] | None, jax: tuple[int, ...] | None) -> Launch:  # fmt: skip
     """JAX's ``initialize`` arguments and Keras 3's variables for ``identity``.
 
     ``visible``: the GPUs tfboot made visible to JAX (kept by ``local_device_ids``, which
-    JAX would otherwise narrow on Slurm); ``deactivates``: this JAX has ``deactivate``.
+    JAX would otherwise narrow on Slurm); ``jax``: its version (None: the newest).
+    A lost task ends the others once JAX's coordinator misses its heartbeats for
+    ``DIST_TERM_GRACE`` seconds (default 5; JAX's own is 100).
     """
     world = world_of(identity, "JAX", _given(identity, settings, mode))
     launch = Launch("JAX", world)
@@ -249,9 +251,24 @@ def plan_jax(identity: Identity, settings: ClusterSettings, env: Mapping[str, st
     }
     if settings.startup_timeout is not None:
         launch.arguments["initialization_timeout"] = settings.startup_timeout
+    grace = settings.term_grace
+    if jax is None or jax >= HEARTBEAT_FROM:
+        launch.arguments["heartbeat_timeout_seconds"] = grace or TERM_GRACE_S
+    elif grace is not None:
+        raise ConfigError(
+            Problem(
+                "DIST_TERM_GRACE",
+                settings.given["DIST_TERM_GRACE"][0],
+                f"JAX {'.'.join(map(str, jax))}'s jax.distributed.initialize takes no "
+                f"heartbeat_timeout_seconds (JAX {'.'.join(map(str, HEARTBEAT_FROM))} and "
+                "later do): a lost task ends the others after JAX's own 100 s",
+                "unset DIST_TERM_GRACE, or upgrade JAX",
+                verdict="cannot be applied",
+            )
+        )
     if visible is not None:
         launch.arguments["local_device_ids"] = list(visible)
-    elif identity.engine != "slurm" and deactivates:
+    elif identity.engine != "slurm" and (jax is None or jax >= DEACTIVATE_FROM):
         launch.arguments["cluster_detection_method"] = "deactivate"
     return launch
 

@@ -153,10 +153,10 @@ def plan_launch(
     settings: ClusterSettings,
     env: Mapping[str, str],
     visible: tuple[int, ...] | None = None,
-    deactivates: bool = True,
+    jax: tuple[int, ...] | None = None,
 ) -> ClusterPlan:
     """PyTorch's or JAX's cluster plan for ``DISTRIBUTED=mode`` (not off): ``visible``,
-    the GPUs tfboot leaves JAX; ``deactivates``: JAX can switch its own detection off."""
+    the GPUs tfboot leaves JAX; ``jax``: its version (None: the newest)."""
     cluster = ClusterPlan(identify(mode, settings, env), settings, framework=framework)
     config = cluster.identity.config
     if config is None or not config.cluster:
@@ -164,7 +164,7 @@ def plan_launch(
     if framework == "PyTorch":
         cluster.launch = plan_torch(cluster.identity, settings, env, mode)
     else:
-        cluster.launch = plan_jax(cluster.identity, settings, env, mode, visible, deactivates)
+        cluster.launch = plan_jax(cluster.identity, settings, env, mode, visible, jax)
         proxy = _proxy_warning(env, config.peers, "JAX's coordination service (gRPC)")
         cluster.warnings += [proxy] if proxy else []
     return cluster

@@ -1,8 +1,12 @@
 """What the process has used against each budget so far: one usage record (schema ``SCHEMA``).
 
-``Meter`` takes the baseline when tfboot first configures a framework (CPU counters and
-``memory.events`` are counters: a run's figures are differences from it), samples
-``memory.current`` where the kernel keeps no ``memory.peak``, and makes a record on demand:
+Every figure covers one window: the process's life from its start (the kernel's start time
+of the process, ``/proc/self/stat``'s ``starttime`` against ``CLOCK_BOOTTIME``); the import
+of the framework is part of the job. ``Meter`` takes the baseline when tfboot first
+configures a framework: a cgroup's counters (CPU, ``memory.events``) are the cgroup's, so a
+run's figures are differences from it, and the CPU the process used before it (its own and
+its children's CPU time) is added back. It samples ``memory.current`` where the kernel keeps
+no ``memory.peak``, and makes a record on demand:
 each GPU's allocator peak from the framework's own adapter (``executor.peaks``), with NVML's
 per-process total where NVML lists this process, the container's memory peak against the
 limit in force, and CPU used against the quota. The suggestion is added by ``suggest``.
@@ -32,6 +36,7 @@ from .shares import recorded
 
 MIB = 1 << 20
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # Labels a record carries from the environment: (label, variables tried in order).
 LABELS = (
     ("pod", ("POD_NAME", "HOSTNAME")),
@@ -88,11 +93,16 @@ class Meter:
         self.budget = budget
         self.threads = threads
         self.labels = labels(env, job)
-        self.started = time.time()
         self.pid = os.getpid()
+        # The window's start: the process's, on CLOCK_BOOTTIME; this moment where unknown.
+        self.began, self.window_source = process_start()
+        self.started = time.time() - (_boot_now() - self.began)
         self.memory_cover = covers(env, "memory", self.pid)
         self.cpu_cover = covers(env, "cpu", self.pid)
         self.cpu = self._cpu_counters()
+        # The CPU the process tree used before the baseline, which a cgroup's difference
+        # misses; the tree's own counters start with the process.
+        self.cpu_before = _tree_cpu(self.pid) if self.cpu_cover.cgroup else 0.0
         start = counters.memory(env) if self.memory_cover.cgroup else None
         self.events = dict(start.events) if start else {}
         # The highest figure sampled: the cgroup's memory.current where the kernel keeps no
@@ -118,11 +128,7 @@ class Meter:
     def _cpu_counters(self) -> counters.Cpu:
         if self.cpu_cover.cgroup:
             return counters.cpu(self.env)
-        times = os.times()
-        spent = times.user + times.system + times.children_user + times.children_system
-        return counters.Cpu(
-            spent + Tree(self.pid).cpu_seconds, f"{TREE} (/proc/PID/stat, os.times)"
-        )
+        return counters.Cpu(_tree_cpu(self.pid), f"{TREE} (/proc/PID/stat, os.times)")
 
     def _limits(self) -> None:
         """Read the container's limits again; a change keeps the one before, with when it
@@ -245,8 +251,13 @@ class Meter:
 
     def _cpu(self) -> dict[str, Any]:
         now = self._cpu_counters()
-        wall = max(now.wall - self.cpu.wall, 1e-9)
-        used = max(0.0, now.seconds - self.cpu.seconds)
+        wall = max(_boot_now() - self.began, 1e-9)
+        if self.cpu_cover.cgroup:  # the cgroup's since the baseline, the tree's before it
+            used = max(0.0, now.seconds - self.cpu.seconds) + self.cpu_before
+            source = (f"{now.source} since tfboot configured the framework, plus the CPU time "
+                      f"of the {TREE} before it (/proc/PID/stat, os.times)")  # fmt: skip
+        else:  # the tree's counters start with the process
+            used, source = max(0.0, now.seconds), now.source
         throttled = None
         if now.periods is not None and self.cpu.periods is not None:
             periods = now.periods - self.cpu.periods
@@ -262,10 +273,45 @@ class Meter:
             "used_cpus": round(used / wall, 3),
             "cpu_seconds": round(used, 3),
             "wall_seconds": round(wall, 3),
-            "source": now.source,
+            "wall_source": self.window_source,
+            "source": source,
             "throttled_fraction": throttled,
-            "throttled_source": now.periods_source or None,
+            "throttled_source": (
+                f"{now.periods_source} since tfboot configured the framework"
+                if now.periods_source
+                else None
+            ),
         }
+
+
+def _boot_now() -> float:
+    """Now, in seconds since boot (``CLOCK_BOOTTIME``, the clock of ``/proc/PID/stat``'s
+    start times); ``time.monotonic`` where the system has no such clock."""
+    clock = getattr(time, "CLOCK_BOOTTIME", None)
+    return time.clock_gettime(clock) if clock is not None else time.monotonic()
+
+
+def process_start() -> tuple[float, str]:
+    """When this process started, on ``_boot_now``'s clock, and where that came from: the
+    kernel's start time, in clock ticks since boot; now, where it cannot be read."""
+    if not hasattr(time, "CLOCK_BOOTTIME"):
+        return _boot_now(), "from tfboot's configuration of the framework (no process start time)"
+    try:
+        with open("/proc/self/stat", "rb") as source:
+            text = source.read(4096).decode("ascii", "replace")
+        ticks = int(text[text.rindex(")") + 2 :].split()[19])  # field 22, starttime
+    except (OSError, ValueError, IndexError):
+        return _boot_now(), "from tfboot's configuration of the framework (no process start time)"
+    return ticks / _TICKS, ("the process's start (/proc/self/stat starttime, CLOCK_BOOTTIME) "
+                            "to the record")  # fmt: skip
+
+
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds of the process tree since the process started: its own and its waited-for
+    children's (``os.times``) and its live descendants' (``/proc/PID/stat``)."""
+    times = os.times()
+    spent = times.user + times.system + times.children_user + times.children_system
+    return spent + Tree(pid).cpu_seconds
 
 
 def tree_floor(members: Sequence[dict[str, Any]]) -> int:

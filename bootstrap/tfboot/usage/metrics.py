@@ -66,9 +66,9 @@ def registry(record: dict[str, Any], omit: tuple[str, ...] = (),
             Counter(name, text, names, registry=found).labels(**labels).inc(memory[key])
     cpu = record.get("cpu") or {}
     if cpu.get("cpu_seconds") is not None:
-        Counter("tfboot_cpu_usage_seconds", "CPU time used during the run", names,
+        Counter("tfboot_cpu_usage_seconds", "CPU time used since the process started", names,
                 registry=found).labels(**labels).inc(cpu["cpu_seconds"])  # fmt: skip
-    gauge("tfboot_run_duration_seconds", "Wall time since tfboot configured the framework",
+    gauge("tfboot_run_duration_seconds", "Wall time since the process started",
           cpu.get("wall_seconds"))  # fmt: skip
     quota = cpu.get("quota")
     gauge("tfboot_cpu_quota_used_ratio", "CPU used over the CPU quota",

@@ -15,16 +15,16 @@ import tempfile
 from typing import Any
 
 from .merge import job_record
-from .suggest import summary
+from .suggest import MIN_CPU_WINDOW_S, summary
 
 TERMINATION_BYTES = 4096  # the kubelet keeps at most this much of a termination message
 
 
 def _gpu(gpu: dict[str, Any]) -> str:
-    cap = f" of {gpu['cap_mib']} MiB cap" if gpu.get("cap_mib") is not None else " (no cap)"
+    cap = f" of {gpu['cap_mib']} MiB cap" if gpu.get("cap_mib") is not None else " of no cap"
     process = f" (pid {gpu['pid']})" if gpu.get("pid") is not None else ""
     text = (f"GPU:{gpu.get('index')}{process} {gpu.get('framework')} peak "
-            f"{gpu.get('peak_mib')} MiB{cap}")  # fmt: skip
+            f"{_number(gpu.get('peak_mib'))} MiB{cap}")  # fmt: skip
     if gpu.get("ooms"):
         text += f", {gpu['ooms']} allocator OOMs"
     if gpu.get("peak_pool_mib") not in (None, gpu.get("peak_mib")):
@@ -35,16 +35,14 @@ def _gpu(gpu: dict[str, Any]) -> str:
             f"{outside} MiB of it outside the pool (CUDA context and libraries)"
             if outside is not None else "its pool unknown"
         )  # fmt: skip
-    return text + f" ({gpu.get('source') or 'unknown source'})"
+    return text
 
 
 def _memory(memory: dict[str, Any]) -> str:
-    limit = f" of {memory['limit_mib']} MiB" if memory.get("limit_mib") else " (no limit)"
+    limit = f" of {memory['limit_mib']} MiB limit" if memory.get("limit_mib") else " of no limit"
     if memory.get("earlier_limits"):
         limit += f" (resized from {memory['earlier_limits'][0].get('limit_mib')} MiB)"
-    peak = memory.get("peak_mib")
-    text = (f"host memory peak {'unknown' if peak is None else peak} MiB{limit} "
-            f"({memory.get('source') or 'unknown source'})")  # fmt: skip
+    text = f"host memory peak {_number(memory.get('peak_mib'))} MiB{limit}"
     counts = [f"{memory[k]} {label}" for k, label in
               (("oom_kills", "OOM kills"), ("high_events", "memory.high events"))
               if memory.get(k) is not None]  # fmt: skip
@@ -52,29 +50,47 @@ def _memory(memory: dict[str, Any]) -> str:
 
 
 def _cpu(cpu: dict[str, Any]) -> str:
-    quota = f" of a {cpu['quota']:g}-CPU quota" if cpu.get("quota") else " (no quota)"
+    """The CPU used over the window, against the quota; none from a run too short to say
+    anything of its need (``suggest.MIN_CPU_WINDOW_S``), which is said once, without one."""
+    wall, used = cpu.get("wall_seconds"), cpu.get("used_cpus")
+    threads = f", {cpu['threads']} threads" if cpu.get("threads") is not None else ""
+    if isinstance(wall, int | float) and wall < MIN_CPU_WINDOW_S:
+        pools = f" ({cpu['threads']} threads)" if cpu.get("threads") is not None else ""
+        return f"CPU{pools} not judged in so short a run"
+    quota = f" of a {cpu['quota']:g}-CPU quota" if cpu.get("quota") else " of no quota"
     if cpu.get("earlier_quotas"):
         quota += f" (resized from {cpu['earlier_quotas'][0].get('quota')})"
-    used, wall = cpu.get("used_cpus"), cpu.get("wall_seconds")
-    text = (f"CPU {'unknown' if used is None else f'{used:.2f}'} CPUs{quota} over "
-            f"{'unknown' if wall is None else f'{wall:g}'} s "
-            f"({cpu.get('source') or 'unknown source'})")  # fmt: skip
+    text = f"CPU {'unknown' if used is None else f'{used:.2f}'}{quota}"
     if cpu.get("throttled_fraction") is not None:
         text += f", throttled in {cpu['throttled_fraction']:.1%} of periods"
-    if cpu.get("threads") is not None:
-        text += f", {cpu['threads']} threads"
-    return text
+    return text + threads
+
+
+def _number(value: Any) -> str:
+    return "unknown" if value is None else f"{value}"
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a person reads them: ``5.1 s``, ``12.5 min``, ``3.2 h``."""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def used_line(record: dict[str, Any]) -> str:
-    """The ``used:`` line's text: each budget's figure against it, with its source, and the
-    suggestion; for the whole job, where the record carries its members'. A figure missing
-    from a record read back is said to be unknown."""
+    """The ``used:`` line's text: each budget's figure against it, over one window said once
+    (the process's life from its start; the job's, for a job), and the suggestion; for the
+    whole job, where the record carries its members'. Where each figure came from is in the
+    record, not here. A figure missing from a record read back is said to be unknown."""
     record = job_record([record])
     parts = [f"job of {record['processes']} processes"] if record.get("processes") else []
     parts += [_gpu(g) for g in record.get("gpus") or []]
     parts.append(_memory(record.get("host_memory") or {}))
-    parts.append(_cpu(record.get("cpu") or {}))
+    cpu = record.get("cpu") or {}
+    parts.append(_cpu(cpu))
+    if isinstance(cpu.get("wall_seconds"), int | float):
+        whose = "job" if record.get("processes") else "process"
+        parts.append(f"over the {duration(cpu['wall_seconds'])} since the {whose} started")
     suggestion = record.get("suggest")
     if suggestion is not None:
         parts.append("next time: " + summary(suggestion))

@@ -228,7 +228,8 @@ def env_lines(suggestion: dict[str, Any]) -> list[str]:
 
 
 def summary(suggestion: dict[str, Any]) -> str:
-    """The suggestion in one line: env, resources and Slurm options."""
+    """The suggestion in one line: env, resources and Slurm options (its notes, such as why
+    it holds no CPU figure, are in the record; the ``used:`` line says that itself)."""
     parts = [*env_lines(suggestion)]
     parts += [f"GPU share {p}" for p in shown(suggestion.get("gpu_share") or {})]
     for kind in ("requests", "limits"):
@@ -237,7 +238,6 @@ def summary(suggestion: dict[str, Any]) -> str:
     slurm = " ".join(f"{k}={v}" for k, v in suggestion["slurm"].items())
     if slurm:
         parts.append(f"Slurm {slurm}")
-    parts += suggestion.get("notes") or []
     return ", ".join(parts) if parts else "nothing measured"
 
 
