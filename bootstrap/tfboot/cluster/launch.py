@@ -123,7 +123,8 @@ def agree(
                 Problem(
                     name,
                     theirs,
-                    f"the cluster tfboot forms from DISTRIBUTED and DIST_* gives {value} ({why})",
+                    f"the cluster tfboot forms from DISTRIBUTED and DIST_* gives {value} for "
+                    f"this task, {why}",
                     "fix the DIST_* variables, or unset DISTRIBUTED to leave the job to "
                     "the launcher that set it",
                     verdict="contradicts the cluster",

@@ -1,0 +1,302 @@
+"""One cluster contract for PyTorch, JAX and Keras 3: the plans, and real groups of processes.
+
+The plan tests read what ``DISTRIBUTED`` and ``DIST_*`` give each framework: PyTorch's
+``env://`` variables, ``jax.distributed.initialize``'s arguments, Keras 3's variables, and
+what is refused. The process tests start each task as a fresh interpreter on this machine
+(addresses on 127.0.0.1, one port per task), configured only by those variables: the
+unchanged script ``dp_train.py`` forms a gloo group, a JAX cluster or a Keras 3 one with no
+arguments, and every rank ends with the weights of one process trained alone. The Slurm
+variables here are what srun sets (recorded from the real Slurm of ``tests/slurm``, where
+the same scripts also run under srun).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import free_ports, scenario_env
+from tfboot.cluster.launch import HEARTBEAT_FROM
+from tfboot.cluster.plan import plan_launch
+from tfboot.errors import ConfigError
+from tfboot.settings import resolve
+
+pytestmark = [pytest.mark.multiworker, pytest.mark.xdist_group("multiworker")]
+
+TRAIN = Path(__file__).with_name("dp_train.py")
+LIMIT_S = 150
+GRACE_S = 5  # DIST_TERM_GRACE's default: JAX's heartbeat timeout under tfboot
+K8S = {"DIST_TASKS": "3", "DIST_HOSTS": "worker=w-{i}.train", "JOB_COMPLETION_INDEX": "2"}
+# What srun sets for rank 3 of -N2 -n4 --distribution=cyclic on node9 and node10.
+SLURM = {
+    "SLURM_JOB_ID": "7",
+    "SLURM_PROCID": "3",
+    "SLURM_LOCALID": "1",
+    "SLURM_NTASKS": "4",
+    "SLURM_STEP_NODELIST": "node[9-10]",
+    "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+    "SLURM_DISTRIBUTION": "cyclic",
+    "SLURMD_NODENAME": "node10",
+}
+
+
+def launch(framework: str, mode: str, env: dict[str, str], jax: tuple[int, ...] | None = None):
+    settings = resolve({**env, "DISTRIBUTED": mode}, ("DISTRIBUTED",))
+    assert settings.cluster is not None
+    return plan_launch(framework, mode, settings.cluster, env, None, jax)
+
+
+def error(framework: str, mode: str, env: dict[str, str]) -> str:
+    with pytest.raises(ConfigError) as info:
+        launch(framework, mode, env)
+    return str(info.value)
+
+
+class TestPlans:
+    def test_pytorch_gets_what_init_process_group_reads(self) -> None:
+        cluster = launch("PyTorch", "k8s", K8S)
+        assert cluster.environ == {
+            "MASTER_ADDR": "w-0.train",
+            "MASTER_PORT": "2222",
+            "WORLD_SIZE": "3",
+            "RANK": "2",
+            "LOCAL_RANK": "0",
+            "LOCAL_WORLD_SIZE": "1",
+        }
+        assert cluster.tf_config is None
+        assert cluster.line().startswith(
+            "cluster: PyTorch rank 2 of 3 (k8s; worker 2, index from JOB_COMPLETION_INDEX=2); "
+            "rank 0 at w-0.train:2222 (port: default 2222 (k8s)); set MASTER_ADDR=w-0.train"
+        )
+
+    def test_the_chief_is_rank_0_and_dist_port_is_the_masters(self) -> None:
+        env = {
+            "DIST_TASKS": "chief=1,worker=2",
+            "DIST_HOSTS": "chief=c-0.train;worker=w-{i}.train",
+            "DIST_TASK_TYPE": "worker",
+            "DIST_TASK_INDEX": "0",
+            "DIST_PORT": "29500",
+        }
+        found = launch("PyTorch", "k8s", env).environ
+        assert (found["MASTER_ADDR"], found["MASTER_PORT"], found["RANK"]) == (
+            "c-0.train",
+            "29500",
+            "1",
+        )
+
+    def test_slurm_ranks_and_local_ranks_follow_the_step(self) -> None:
+        found = launch("PyTorch", "slurm", SLURM).environ
+        # cyclic: ranks 0 and 2 on node9, 1 and 3 on node10; rank 0 at node9:8888
+        assert found == {
+            "MASTER_ADDR": "node9",
+            "MASTER_PORT": "8888",
+            "WORLD_SIZE": "4",
+            "RANK": "3",
+            "LOCAL_RANK": "1",
+            "LOCAL_WORLD_SIZE": "2",
+        }
+
+    def test_jax_gets_initialize_s_arguments_and_keras_its_variables(self) -> None:
+        cluster = launch("JAX", "k8s", {**K8S, "DIST_STARTUP_TIMEOUT": "600"})
+        assert cluster.launch is not None
+        assert cluster.launch.arguments == {
+            "coordinator_address": "w-0.train:2222",
+            "num_processes": 3,
+            "process_id": 2,
+            "initialization_timeout": 600,
+            "heartbeat_timeout_seconds": GRACE_S,
+            "cluster_detection_method": "deactivate",
+        }
+        assert cluster.environ == {
+            "KERAS_DISTRIBUTION_JOB_ADDRESSES": "w-0.train:2222,w-1.train:2222,w-2.train:2222",
+            "KERAS_DISTRIBUTION_NUM_PROCESSES": "3",
+            "KERAS_DISTRIBUTION_PROCESS_ID": "2",
+        }
+
+    def test_on_slurm_jax_keeps_its_own_detection_for_the_local_devices(self) -> None:
+        cluster = launch("JAX", "slurm", SLURM)
+        assert cluster.launch is not None
+        assert "cluster_detection_method" not in cluster.launch.arguments
+        assert cluster.launch.arguments["process_id"] == 3
+
+    def test_an_older_jax_gets_no_argument_it_lacks(self) -> None:
+        cluster = launch("JAX", "k8s", K8S, jax=(0, 4, 30))
+        assert cluster.launch is not None
+        assert set(cluster.launch.arguments) == {
+            "coordinator_address",
+            "num_processes",
+            "process_id",
+        }
+        with pytest.raises(ConfigError) as info:
+            launch("JAX", "k8s", {**K8S, "DIST_TERM_GRACE": "3"}, jax=(0, 6, 2))
+        assert "JAX 0.6.2's jax.distributed.initialize takes no heartbeat_timeout_seconds" in str(
+            info.value
+        )
+        assert HEARTBEAT_FROM == (0, 7, 0)
+
+    @pytest.mark.parametrize("framework", ["PyTorch", "JAX"])
+    def test_parameter_servers_are_tensorflow_s(self, framework: str) -> None:
+        env = {**K8S, "DIST_TASKS": "worker=3,ps=1", "DIST_HOSTS": "worker=w-{i}.t;ps=p-{i}.t"}
+        assert error(framework, "k8s", env) == (
+            f"DIST_TASKS='worker=3,ps=1' cannot be met: {framework} numbers its processes 0 to "
+            "N-1 and has no ps tasks: parameter servers and evaluators are TensorFlow's; give "
+            "DIST_TASKS only chief and worker tasks (such as worker=4)"
+        )
+
+    def test_a_launcher_s_value_that_agrees_is_kept_and_not_set(self) -> None:
+        cluster = launch("PyTorch", "k8s", {**K8S, "MASTER_PORT": "2222", "RANK": "2"})
+        assert cluster.launch is not None and cluster.launch.checked == ["MASTER_PORT", "RANK"]
+        assert "RANK" not in cluster.environ and "MASTER_PORT" not in cluster.environ
+
+    def test_a_contradiction_names_both_sides(self) -> None:
+        text = error("PyTorch", "k8s", {**K8S, "RANK": "1", "WORLD_SIZE": "4"})
+        one = (
+            "{}='{}' contradicts the cluster: the cluster tfboot forms from DISTRIBUTED and "
+            "DIST_* gives {} for this task, rank 2 of 3 (k8s; worker 2, index from "
+            "JOB_COMPLETION_INDEX=2); fix the DIST_* variables, or unset DISTRIBUTED to leave "
+            "the job to the launcher that set it"
+        )
+        assert text == (
+            "2 problems in the tfboot configuration:\n  - "
+            + one.format("WORLD_SIZE", "4", "3")
+            + "\n  - "
+            + one.format("RANK", "1", "2")
+        )
+        jax = error("JAX", "k8s", {**K8S, "JAX_COORDINATOR_ADDRESS": "other:1234"})
+        assert jax.startswith("JAX_COORDINATOR_ADDRESS='other:1234' contradicts the cluster")
+        assert "gives w-0.train:2222" in jax
+
+    def test_under_torchrun_the_counts_are_checked_and_nothing_set(self) -> None:
+        torchrun = {"TORCHELASTIC_RUN_ID": "j", "GROUP_WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "4"}
+        env = {**K8S, **torchrun, "RANK": "9", "DIST_REPLICAS_PER_WORKER": "4"}
+        cluster = launch("PyTorch", "k8s", env)
+        assert cluster.environ == {}
+        assert cluster.line().startswith("cluster: PyTorch under torchrun, k8s task 2 of 3")
+        text = error("PyTorch", "k8s", {**env, "GROUP_WORLD_SIZE": "2"})
+        assert text.startswith(
+            "GROUP_WORLD_SIZE='2' contradicts the cluster: torchrun counts 2 node(s), the "
+            "cluster tfboot forms from DISTRIBUTED and DIST_* has 3 task(s)"
+        )
+
+    def test_one_process_per_task_is_one_replica(self) -> None:
+        text = error("PyTorch", "k8s", {**K8S, "DIST_REPLICAS_PER_WORKER": "2"})
+        assert "torchrun --nproc-per-node=2" in text
+
+    def test_no_engine_is_a_single_node_with_nothing_set(self) -> None:
+        cluster = launch("PyTorch", "auto", {})
+        assert cluster.environ == {} and cluster.launch is None
+        assert cluster.line().endswith("; nothing set")
+
+
+@pytest.fixture
+def start() -> Iterator:
+    processes: list[subprocess.Popen[str]] = []
+
+    def run(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            ["timeout", "-s", "KILL", str(LIMIT_S), sys.executable, str(TRAIN), *args],
+            env=scenario_env({"TFBOOT_LOG": "quiet", **env}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        processes.append(process)
+        return process
+
+    yield run
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+
+
+def reference(framework: str) -> list[float]:
+    done = subprocess.run(
+        [sys.executable, str(TRAIN), framework, "single"],
+        env=scenario_env(),
+        capture_output=True,
+        text=True,
+        timeout=LIMIT_S,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["world"] == 1
+    return found["weights"]
+
+
+def tasks(count: int, chief: bool = False) -> list[dict[str, str]]:
+    """Each task's variables: one port each on 127.0.0.1, as the Pods' addresses."""
+    ports = free_ports(count)
+    hosts = [f"127.0.0.1:{p}" for p in ports]
+    if chief:
+        common = {"DIST_TASKS": f"chief=1,worker={count - 1}",
+                  "DIST_HOSTS": f"chief={hosts[0]};worker={','.join(hosts[1:])}"}  # fmt: skip
+        roles = [("chief", 0)] + [("worker", i) for i in range(count - 1)]
+    else:
+        common = {"DIST_TASKS": str(count), "DIST_HOSTS": f"worker={','.join(hosts)}"}
+        roles = [("worker", i) for i in range(count)]
+    return [
+        {"DISTRIBUTED": "k8s", **common, "DIST_TASK_TYPE": kind, "DIST_TASK_INDEX": str(i)}
+        for kind, i in roles
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("framework", "chief"),
+    [("torch", False), ("torch", True), ("jax", False), ("jax", True), ("keras", False)],
+)
+def test_an_unchanged_script_forms_the_group_and_trains_as_one_process(
+    start, framework: str, chief: bool
+) -> None:
+    processes = [start(env, framework, "multi") for env in tasks(3, chief)]
+    ended = [(p, *p.communicate(timeout=LIMIT_S + 10)) for p in processes]
+    failed = [f"task {i}: {err[-3000:]}" for i, (p, _, err) in enumerate(ended) if p.returncode]
+    assert not failed, "\n".join(failed)
+    found = [json.loads(out.splitlines()[-1]) for _, out, _ in ended]
+    assert [f["rank"] for f in found] == [0, 1, 2] and {f["world"] for f in found} == {3}
+    if framework == "torch":  # three tasks at one host: local ranks 0 to 2
+        assert [f["local"] for f in found] == [[str(r), "3"] for r in range(3)]
+    weights = found[0]["weights"]
+    assert all(f["weights"] == weights for f in found)
+    assert weights == pytest.approx(reference(framework), rel=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("framework", "cause"), [("torch", "peer"),
+                                                  ("jax", "heartbeat")])  # fmt: skip
+def test_a_task_lost_mid_run_ends_the_others_within_the_grace(
+    start, framework: str, cause: str
+) -> None:
+    lose = {"STEPS": "100000", "STEP_S": "0.05", "LOSE_RANK": "2", "LOSE_STEP": "5"}
+    processes = [start({**env, **lose}, framework, "multi") for env in tasks(3)]
+    lost_out, _ = processes[2].communicate(timeout=LIMIT_S)
+    lost = float(next(line for line in lost_out.splitlines() if " lost at " in line).split()[-1])
+    for process in processes[:2]:
+        _, err = process.communicate(timeout=LIMIT_S)
+        took = time.time() - lost
+        assert process.returncode != 0 and took < GRACE_S + 5, (took, err[-2000:])
+        assert cause in err, err[-2000:]
+
+
+def test_off_sets_nothing_for_any_framework() -> None:
+    code = (
+        "import json, os, torch, jax\n"
+        "names = ('MASTER_ADDR', 'RANK', 'WORLD_SIZE', 'KERAS_DISTRIBUTION_NUM_PROCESSES')\n"
+        "print(json.dumps([n for n in names if n in os.environ]))\n"
+        "print(getattr(jax.distributed.initialize, '__tfboot_wraps__', None) is None)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=scenario_env({"DISTRIBUTED": "off", **K8S}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[]", "True"] and "cluster" not in done.stderr
