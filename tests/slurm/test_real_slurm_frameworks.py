@@ -1,0 +1,128 @@
+"""PyTorch, JAX and Keras 3 under a real Slurm: one ``srun`` line, whatever the framework.
+
+The steps run ``tests/cluster/dp_train.py``, which forms its group with no arguments
+(``init_process_group("gloo")``, ``jax.distributed.initialize()``,
+``keras.distribution.initialize()``), configured only by ``DISTRIBUTED=slurm``: every rank
+must end with the weights of one process trained alone. JAX detects Slurm itself too;
+its own reading of the step must agree with tfboot's, rank for rank.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import Slurm
+from support import REPO, scenario_env
+from test_real_slurm import srun
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+TRAIN = REPO / "tests" / "cluster" / "dp_train.py"
+PYTHON = sys.executable
+GRACE_S = 5  # DIST_TERM_GRACE's default
+# JAX's own Slurm detection beside the values tfboot gave jax.distributed.initialize.
+AGREE = """
+import json
+import jax
+from jax._src.clusters import SlurmCluster
+from tfboot.executor import _results
+
+ours = _results["jax"].plan.cluster.launch
+theirs = {
+    "coordinator": SlurmCluster.get_coordinator_address(None, None),
+    "count": SlurmCluster.get_process_count(),
+    "id": SlurmCluster.get_process_id(),
+    "local": SlurmCluster.get_local_process_id(),
+}
+print(json.dumps({"theirs": theirs, "ours": ours.to_dict()}))
+"""
+
+
+def reference(framework: str) -> list[float]:
+    import subprocess
+
+    done = subprocess.run(
+        [PYTHON, str(TRAIN), framework, "single"],
+        env=scenario_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])["weights"]
+
+
+def results(folder: Path, count: int) -> list[dict]:
+    return [
+        json.loads((folder / f"task-{rank}.out").read_text().splitlines()[-1])
+        for rank in range(count)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("framework", "options", "local"),
+    [
+        ("torch", ["-N2", "-n3"], [["0", "2"], ["1", "2"], ["0", "1"]]),
+        ("torch", ["-N2", "-n4", "--distribution=cyclic"], [["0", "2"], ["0", "2"],
+                                                            ["1", "2"], ["1", "2"]]),
+        ("jax", ["-N2", "-n3"], None),
+        ("jax", ["-N2", "-n4", "--distribution=cyclic"], None),
+        ("keras", ["-N2", "-n3"], None),
+    ],
+)  # fmt: skip
+def test_one_srun_line_forms_the_group(
+    slurm: Slurm, tmp_path: Path, framework: str, options: list[str], local: list | None
+) -> None:
+    extra = {"DISTRIBUTED": "slurm", "CPU_THREADS": "1"}
+    done = srun(slurm, tmp_path, [*options, "--kill-on-bad-exit=1"], extra, TRAIN, framework,
+                "multi")  # fmt: skip
+    errors = [(tmp_path / f"task-{r}.err").read_text()[-2000:] for r in range(len(local or "abc"))]
+    assert done.returncode == 0, (done.stderr, errors)
+    found = results(tmp_path, len(local) if local else 3 + ("-n4" in options))
+    assert [f["rank"] for f in found] == list(range(len(found)))
+    weights = found[0]["weights"]
+    assert all(f["weights"] == weights for f in found)
+    assert weights == pytest.approx(reference(framework), rel=1e-12)
+    if local is not None:  # LOCAL_RANK and LOCAL_WORLD_SIZE as srun placed the ranks
+        assert [f["local"] for f in found] == local
+
+
+def test_jax_s_own_slurm_detection_agrees_with_tfboot(slurm: Slurm, tmp_path: Path) -> None:
+    script = tmp_path / "agree.py"
+    script.write_text(AGREE)
+    options = ["-N2", "-n4", "--distribution=cyclic"]
+    done = srun(slurm, tmp_path / "out", options, {"DISTRIBUTED": "slurm"}, script)
+    assert done.returncode == 0, done.stderr
+    for rank, found in enumerate(results(tmp_path / "out", 4)):
+        theirs, ours = found["theirs"], found["ours"]
+        assert (
+            (theirs["count"], theirs["id"], theirs["local"])
+            == (
+                ours["size"],
+                ours["rank"],
+                ours["local_rank"],
+            )
+            == (4, rank, rank // 2)
+        )
+        # The same coordinator host; the port is the contract's (DIST_PORT, default 8888)
+        # where JAX alone derives one from the job id.
+        assert theirs["coordinator"].rpartition(":")[0] == ours["coordinator"].rpartition(":")[0]
+        assert ours["coordinator"] == "node9:8888"
+        assert "cluster_detection_method" not in ours["arguments"]  # JAX's local devices
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_a_lost_task_ends_the_step_within_the_grace(
+    slurm: Slurm, tmp_path: Path, framework: str
+) -> None:
+    extra = {"DISTRIBUTED": "slurm", "STEPS": "100000", "STEP_S": "0.05", "LOSE_RANK": "2",
+             "LOSE_STEP": "5"}  # fmt: skip
+    srun(slurm, tmp_path, ["-N2", "-n3", "--kill-on-bad-exit=1"], extra, TRAIN, framework, "multi")
+    ended = time.time()
+    lines = (tmp_path / "task-2.out").read_text().splitlines()
+    lost = float(next(line for line in lines if " lost at " in line).rsplit(" ", 1)[1])
+    assert ended - lost < GRACE_S + 5
