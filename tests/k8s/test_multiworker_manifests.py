@@ -150,3 +150,32 @@ def test_renamed_job_without_new_hosts_is_caught(kubectl: str, tmp_path: Path) -
     rules = {f.rule: f for f in report.findings}
     assert set(rules) == {"dist-hosts", "dist-subdomain"}, [f.line() for f in report.findings]
     assert "team-tfboot-train-multi-worker-{i}" in rules["dist-hosts"].hint
+
+
+FRAMEWORK_EXAMPLES = ["jobset.yaml", "jax-jobset.yaml", "pytorch-job.yaml"]
+
+
+@pytest.mark.parametrize("name", ["jax-jobset.yaml", "pytorch-job.yaml"])
+def test_the_pytorch_and_jax_examples_pass_clean_and_validate(name: str) -> None:
+    report = check_paths([str(EXAMPLES / name)])
+    assert report.findings == [], [f.line() for f in report.findings]
+    for doc in documents((EXAMPLES / name).read_text()):
+        if doc["kind"] == "JobSet":
+            assert unknown_fields(doc, JOBSET_FIELDS) == []
+        else:
+            kubernetes_validate.validate(doc, KUBERNETES_VERSIONS[-1], strict=True)
+
+
+@pytest.mark.parametrize("name", FRAMEWORK_EXAMPLES)
+def test_a_task_count_the_pods_do_not_match_is_caught_whatever_the_framework(name: str) -> None:
+    """TensorFlow's JobSet, JAX's JobSet and PyTorch's Indexed Job: one more task counted
+    than the spec runs is the same finding."""
+    text = (EXAMPLES / name).read_text()
+    wrong = text.replace("value: chief=1,worker=3", "value: chief=1,worker=4")
+    wrong = wrong.replace('value: "4"\n', 'value: "5"\n', 1) if wrong == text else wrong
+    assert wrong != text
+    report = Report()
+    check_text(name, wrong, report)
+    assert {f.rule for f in report.findings} == {"dist-tasks-count"}, [
+        f.line() for f in report.findings
+    ]
