@@ -20,7 +20,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import matrix_python, scenario_env, unavailable
+from support import free_ports, matrix_python, scenario_env, unavailable
 from tfboot.adapters.jax import plan_jax
 from tfboot.budget import make_budget
 from tfboot.node.versions import installed, parse
@@ -149,3 +149,31 @@ def test_visible_gpus_reach_jax_s_own_flag(version: str, tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1"], done.stderr
     assert "GPUs [1] visible via jax.config jax_cuda_visible_devices" in done.stderr
+
+
+CLUSTER = """
+import json, warnings
+warnings.simplefilter("error")  # JAX's warning about a missing kubernetes package fails it
+import jax
+jax.distributed.initialize()
+print(json.dumps([jax.process_count(), jax.process_index(), jax.device_count()]))
+"""
+
+
+@pytest.mark.parametrize("version", [*MATRIX, "newest"])
+def test_initialize_with_no_arguments_forms_the_cluster_at_every_version(version: str) -> None:
+    """The seam ``jax.distributed.initialize``: the wrapper fills only what that version's
+    signature takes, and a one-task cluster forms, with Kubernetes' variables present and
+    no ``kubernetes`` package (where JAX has ``deactivate``, its detection is off)."""
+    port = free_ports(1)[0]
+    env = {"DISTRIBUTED": "k8s", "DIST_TASKS": "1", "DIST_HOSTS": f"worker=127.0.0.1:{port}",
+           "JOB_COMPLETION_INDEX": "0", "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+           "TFBOOT_LOG": "debug"}  # fmt: skip
+    done = run(version, CLUSTER, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == [1, 0, 1]
+    filled = "jax.distributed.initialize fills unset coordinator_address, num_processes"
+    assert filled in done.stderr
+    newest = version == "newest"
+    assert ("heartbeat_timeout_seconds" in done.stderr) is newest
+    assert ("cluster_detection_method" in done.stderr) is (newest or version >= "0.4.38")
