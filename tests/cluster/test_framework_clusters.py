@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from support import free_ports, scenario_env
-from tfboot.cluster.launch import HEARTBEAT_FROM
+from tfboot.cluster.launch import HEARTBEAT_FROM, torchrun_agent
 from tfboot.cluster.plan import plan_launch
 from tfboot.errors import ConfigError
 from tfboot.settings import resolve
@@ -45,15 +45,22 @@ SLURM = {
 }
 
 
-def launch(framework: str, mode: str, env: dict[str, str], jax: tuple[int, ...] | None = None):
+def launch(framework: str, mode: str, env: dict[str, str], jax: tuple[int, ...] | None = None,
+           agent: bool = False):  # fmt: skip
     settings = resolve({**env, "DISTRIBUTED": mode}, ("DISTRIBUTED",))
     assert settings.cluster is not None
-    return plan_launch(framework, mode, settings.cluster, env, None, jax)
+    return plan_launch(framework, mode, settings.cluster, env, None, jax, agent)
 
 
 def error(framework: str, mode: str, env: dict[str, str]) -> str:
     with pytest.raises(ConfigError) as info:
         launch(framework, mode, env)
+    return str(info.value)
+
+
+def error_agent(env: dict[str, str]) -> str:
+    with pytest.raises(ConfigError) as info:
+        launch("PyTorch", "k8s", env, agent=True)
     return str(info.value)
 
 
@@ -183,6 +190,35 @@ class TestPlans:
             "cluster tfboot forms from DISTRIBUTED and DIST_* has 3 task(s)"
         )
 
+    @pytest.mark.parametrize(
+        ("argv", "agent"),
+        [
+            (["/venv/bin/python", "/venv/bin/torchrun", "--nproc-per-node=2", "t.py"], True),
+            (["python3", "-X", "utf8", "-m", "torch.distributed.run", "t.py"], True),
+            (["python3", "-m", "torch.distributed.launch", "t.py"], True),
+            (["python3", "train.py", "-m", "torch.distributed.run"], False),
+            (["python3", "-c", "import torch"], False),
+            (["python3"], False),
+        ],
+    )
+    def test_torchrun_itself_is_known_by_its_command_line(
+        self, argv: list[str], agent: bool
+    ) -> None:
+        assert torchrun_agent(argv) is agent
+
+    def test_torchrun_itself_gets_its_options_as_kubeflow_trainer_gives_them(self) -> None:
+        env = {**K8S, "DIST_REPLICAS_PER_WORKER": "4", "PET_NNODES": "3"}
+        cluster = launch("PyTorch", "k8s", env, agent=True)
+        assert cluster.environ == {
+            "PET_NODE_RANK": "2",
+            "PET_MASTER_ADDR": "w-0.train",
+            "PET_MASTER_PORT": "2222",
+            "PET_NPROC_PER_NODE": "4",
+        }
+        assert cluster.launch is not None and cluster.launch.checked == ["PET_NNODES"]
+        text = error_agent({**env, "PET_NNODES": "2"})
+        assert text.startswith("PET_NNODES='2' contradicts the cluster")
+
     def test_one_process_per_task_is_one_replica(self) -> None:
         text = error("PyTorch", "k8s", {**K8S, "DIST_REPLICAS_PER_WORKER": "2"})
         assert "torchrun --nproc-per-node=2" in text
@@ -197,9 +233,9 @@ class TestPlans:
 def start() -> Iterator:
     processes: list[subprocess.Popen[str]] = []
 
-    def run(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    def run(env: dict[str, str], *args: str, launcher: tuple[str, ...] = ()) -> subprocess.Popen:
         process = subprocess.Popen(
-            ["timeout", "-s", "KILL", str(LIMIT_S), sys.executable, str(TRAIN), *args],
+            ["timeout", "-s", "KILL", str(LIMIT_S), sys.executable, *launcher, str(TRAIN), *args],
             env=scenario_env({"TFBOOT_LOG": "quiet", **env}),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -265,6 +301,26 @@ def test_an_unchanged_script_forms_the_group_and_trains_as_one_process(
     weights = found[0]["weights"]
     assert all(f["weights"] == weights for f in found)
     assert weights == pytest.approx(reference(framework), rel=1e-12)
+
+
+@pytest.mark.slow
+def test_a_plain_torchrun_in_each_task_joins_the_job(start) -> None:
+    """Two tasks, each ``torchrun --nproc-per-node`` from DIST_REPLICAS_PER_WORKER and
+    nothing else: four ranks, as two nodes of two."""
+    runs = []
+    for env in tasks(2):
+        env = {**env, "DIST_REPLICAS_PER_WORKER": "2"}
+        runs.append(start(env, "torch", "multi", launcher=("-m", "torch.distributed.run")))
+    found = []
+    for process in runs:
+        out, err = process.communicate(timeout=LIMIT_S + 10)
+        assert process.returncode == 0, err[-3000:]
+        found += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert sorted(f["rank"] for f in found) == [0, 1, 2, 3] and {f["world"] for f in found} == {4}
+    assert sorted(tuple(f["local"]) for f in found) == [("0", "2"), ("0", "2"), ("1", "2"),
+                                                        ("1", "2")]  # fmt: skip
+    weights = reference("torch")
+    assert all(f["weights"] == pytest.approx(weights, rel=1e-12) for f in found)
 
 
 @pytest.mark.slow

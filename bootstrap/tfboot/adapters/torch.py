@@ -17,6 +17,7 @@ everything is applied at ``import torch``:
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,7 @@ from ..budget import FRAMEWORK_READS, Budget
 from ..budget.gpus import no_gpu
 from ..budget.roles import NAMES, Role, decide
 from ..cluster.launch import refusals as cluster_refusals
+from ..cluster.launch import torchrun_agent
 from ..errors import ConfigError, Problem
 from ..node.cuda import CUDA_VISIBLE, cuda_devices
 from ..node.nvml import read_inventory
@@ -72,14 +74,16 @@ def role(importing: Sequence[str], taken: Sequence[str], backend: Callable[[], s
 
 
 def facts(stage: str, budget: Budget, read: Read) -> dict[str, Any]:
-    """``after``: the devices CUDA will list on a CUDA build, and whether CUDA started."""
+    """Whether this process is torchrun itself; ``after``: the devices CUDA will list on a
+    CUDA build, and whether CUDA started."""
+    agent = torchrun_agent(getattr(sys, "orig_argv", sys.argv))
     if stage != "after":
-        return {}
+        return {"agent": agent}
     cuda_build = read.attr("version.cuda") is not None
     devices: list[str] = []
     if cuda_build and budget.settings.device_given():
         devices = cuda_devices(budget.env, read_inventory(budget.env).count)[0]
-    return {"devices": devices, "started": bool(read.call("cuda.is_initialized"))}
+    return {"devices": devices, "started": bool(read.call("cuda.is_initialized")), "agent": agent}
 
 
 def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
@@ -90,9 +94,9 @@ def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
         refusals(refusals_only, budget.settings)
         refusals_only.check()
         if budget.settings.cluster is not None and budget.role.runs_model:
-            budget.launch(NAME)  # raises on an invalid cluster, before PyTorch's code runs
+            budget.launch(NAME, agent=facts["agent"])  # raises before PyTorch's code runs
         return refusals_only
-    made = plan_torch(budget, facts["devices"])
+    made = plan_torch(budget, facts["devices"], facts["agent"])
     if facts["started"]:
         raise ConfigError(
             Problem(
@@ -105,8 +109,9 @@ def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
     return made
 
 
-def plan_torch(budget: Budget, devices: list[str]) -> Plan:
-    """PyTorch's plan; ``devices``: what CUDA lists before narrowing (see ``cuda_devices``)."""
+def plan_torch(budget: Budget, devices: list[str], agent: bool = False) -> Plan:
+    """PyTorch's plan; ``devices``: what CUDA lists before narrowing (see ``cuda_devices``);
+    ``agent``: this process is torchrun itself."""
     settings, env = budget.settings, budget.env
     plan = Plan(NAME, budget.role)
     refusals(plan, settings)
@@ -134,7 +139,7 @@ def plan_torch(budget: Budget, devices: list[str]) -> Plan:
         plan.calls.append(_threads("set_num_interop_threads", threads.count, plan.decisions[-1]))
     release_memory(plan, budget)
     if settings.cluster is not None and plan.role.runs_model:
-        plan.cluster = budget.launch(NAME)
+        plan.cluster = budget.launch(NAME, agent=agent)
         plan.environ.update(plan.cluster.environ)
     if caps is not None:
         plan.calls.append(caps)  # queued for CUDA's start, after the pools are sized

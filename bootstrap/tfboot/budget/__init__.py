@@ -89,6 +89,7 @@ class Budget:
         framework: str,
         visible: tuple[int, ...] | None = None,
         jax: tuple[int, ...] | None = None,
+        agent: bool = False,
     ) -> ClusterPlan:
         """PyTorch's or JAX's place in the cluster (``DISTRIBUTED`` must not be off)."""
         from ..cluster.plan import plan_launch
@@ -96,6 +97,7 @@ class Budget:
         assert self.settings.cluster is not None
         return plan_launch(
             framework, self.settings.distributed, self.settings.cluster, self.env, visible, jax,
+            agent,
         )  # fmt: skip
 
 

@@ -3,8 +3,12 @@
 - PyTorch: ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK`` and
   ``LOCAL_WORLD_SIZE``, what ``init_process_group()`` reads with ``env://`` (its default)
   and what scripts read for their device. A value a launcher already set is checked, never
-  replaced: under ``torchrun`` (``TORCHELASTIC_RUN_ID``), whose rendezvous places the
-  ranks, the counts are checked and nothing is set.
+  replaced. In ``torchrun`` itself (its agent, one per task), the options it reads from
+  ``PET_*`` (``PET_NNODES``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR``, ``PET_MASTER_PORT``,
+  ``PET_NPROC_PER_NODE`` from ``DIST_REPLICAS_PER_WORKER``), as Kubeflow Trainer sets
+  them: a plain ``torchrun --nproc-per-node=N train.py`` then joins the job. In its
+  workers (``TORCHELASTIC_RUN_ID``), whose ranks its rendezvous placed, the counts are
+  checked and nothing is set.
 - JAX: the arguments ``jax.distributed.initialize()`` leaves unset (coordinator, process
   count and id, ``initialization_timeout`` from ``DIST_STARTUP_TIMEOUT``), filled by the
   executor's wrapper of that public function. JAX reads no process count or id from the
@@ -31,6 +35,8 @@ from .watcher import TERM_GRACE_S
 from .world import World, world_of
 
 TORCHRUN = "TORCHELASTIC_RUN_ID"  # set by torchrun (torch.distributed.run) for its workers
+AGENT_MODULES = ("torch.distributed.run", "torch.distributed.launch")  # torchrun's, run by -m
+VALUED = ("-X", "-W", "--check-hash-based-pycs")  # the interpreter's options that take a value
 DEACTIVATE_FROM = (0, 4, 36)  # JAX's cluster_detection_method="deactivate"
 HEARTBEAT_FROM = (0, 7, 0)  # jax.distributed.initialize's heartbeat_timeout_seconds
 # What each framework cannot take from the contract, and why.
@@ -146,13 +152,30 @@ def _why(identity: Identity, world: World) -> str:
     )
 
 
+def torchrun_agent(argv: list[str]) -> bool:
+    """Whether the interpreter's command line (``sys.orig_argv``) runs torchrun itself."""
+    words = iter(argv[1:])
+    for word in words:  # the interpreter's options, then what it runs
+        if word == "-m":
+            return next(words, "") in AGENT_MODULES
+        if word in VALUED:
+            next(words, "")
+        elif word == "-c" or not word.startswith("-"):
+            return word.rpartition("/")[2] == "torchrun"
+    return False
+
+
 def plan_torch(identity: Identity, settings: ClusterSettings, env: Mapping[str, str],
-               mode: str) -> Launch:  # fmt: skip
-    """PyTorch's variables for ``identity`` (a task of a cluster)."""
+               mode: str, agent: bool = False) -> Launch:  # fmt: skip
+    """PyTorch's variables for ``identity`` (a task of a cluster); ``agent``: this process
+    is torchrun itself (``torchrun_agent``)."""
     world = world_of(identity, "PyTorch", _given(identity, settings, mode))
     launch = Launch("PyTorch", world)
     if user_value(env, TORCHRUN) is not None:
         _torchrun(launch, settings, env)
+        return launch
+    if agent:
+        _agent(launch, identity, settings, env)
         return launch
     expected = settings.replicas_per_worker
     if expected is not None and expected != 1:
@@ -178,6 +201,24 @@ def plan_torch(identity: Identity, settings: ClusterSettings, env: Mapping[str, 
     meaning = {n: _integer for n in wanted} | {"MASTER_ADDR": _host}
     launch.environ, launch.checked = agree(env, wanted, _why(identity, world), meaning)
     return launch
+
+
+def _agent(launch: Launch, identity: Identity, settings: ClusterSettings,
+           env: Mapping[str, str]) -> None:  # fmt: skip
+    """torchrun's options for its static rendezvous: one node per task, task 0 its host."""
+    world = launch.world
+    host, port = world.master
+    wanted = {
+        "PET_NNODES": str(world.size),
+        "PET_NODE_RANK": str(world.rank),
+        "PET_MASTER_ADDR": host,
+        "PET_MASTER_PORT": port,
+    }
+    if settings.replicas_per_worker is not None:
+        wanted["PET_NPROC_PER_NODE"] = str(settings.replicas_per_worker)
+    meaning = {n: _integer for n in wanted} | {"PET_MASTER_ADDR": _host}
+    launch.environ, launch.checked = agree(env, wanted, _why(identity, world), meaning)
+    launch.launcher = "torchrun's agent"
 
 
 def _torchrun(launch: Launch, settings: ClusterSettings, env: Mapping[str, str]) -> None:
@@ -285,14 +326,15 @@ def line(launch: Launch, identity: Identity) -> str:
     what = _why(identity, world)
     src = identity.sources
     port = f" (port: {src['port']})" if "port" in src else ""
-    if launch.launcher:
+    if launch.launcher and not launch.environ:
         checked = ", ".join(launch.checked) or "nothing to compare"
         return (
             f"cluster: {launch.framework} under {launch.launcher}, {identity.engine} task "
             f"{world.rank} of {world.size}; {launch.launcher}'s variables kept ({checked} "
             "checked against DIST_*); nothing set"
         )
-    parts = [f"cluster: {launch.framework} {what}", f"rank 0 at {world.coordinator}{port}"]
+    who = f"{launch.framework} ({launch.launcher})" if launch.launcher else launch.framework
+    parts = [f"cluster: {who} {what}", f"rank 0 at {world.coordinator}{port}"]
     if launch.environ:
         parts.append("set " + " ".join(f"{n}={v}" for n, v in launch.environ.items()))
     if launch.arguments:

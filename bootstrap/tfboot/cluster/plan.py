@@ -154,15 +154,17 @@ def plan_launch(
     env: Mapping[str, str],
     visible: tuple[int, ...] | None = None,
     jax: tuple[int, ...] | None = None,
+    agent: bool = False,
 ) -> ClusterPlan:
     """PyTorch's or JAX's cluster plan for ``DISTRIBUTED=mode`` (not off): ``visible``,
-    the GPUs tfboot leaves JAX; ``jax``: its version (None: the newest)."""
+    the GPUs tfboot leaves JAX; ``jax``: its version (None: the newest); ``agent``: this
+    process is torchrun itself."""
     cluster = ClusterPlan(identify(mode, settings, env), settings, framework=framework)
     config = cluster.identity.config
     if config is None or not config.cluster:
         return cluster
     if framework == "PyTorch":
-        cluster.launch = plan_torch(cluster.identity, settings, env, mode)
+        cluster.launch = plan_torch(cluster.identity, settings, env, mode, agent)
     else:
         cluster.launch = plan_jax(cluster.identity, settings, env, mode, visible, jax)
         proxy = _proxy_warning(env, config.peers, "JAX's coordination service (gRPC)")
