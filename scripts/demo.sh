@@ -15,8 +15,11 @@ export TF_CPP_MIN_LOG_LEVEL=2
 echo "\$ VIRTUAL_SPLIT=2 python -m tfboot doctor"
 VIRTUAL_SPLIT=2 "$demo/bin/python" -m tfboot doctor
 echo
+# Its stderr as a user sees it: what tfboot configured, then, at the end, the used: line
+# (each budget's figure over the process's life, and what to set next time).
 echo "\$ VIRTUAL_SPLIT=2 python -c 'import tensorflow as tf; print(tf.config.list_logical_devices(\"CPU\"))'"
-VIRTUAL_SPLIT=2 "$demo/bin/python" -c 'import tensorflow as tf; print(tf.config.list_logical_devices("CPU"))'
+VIRTUAL_SPLIT=2 "$demo/bin/python" -c 'import tensorflow as tf; print(tf.config.list_logical_devices("CPU"))' 2>&1
 echo
-echo "\$ MEMORY_LIMIT_MB=abc python -c 'import tensorflow'   # fails closed, naming the variable"
-MEMORY_LIMIT_MB=abc "$demo/bin/python" -c 'import tensorflow' 2>&1 | tail -n 1 || true
+# Fails closed, naming the variable: the error alone, after the importer's own line.
+echo "\$ MEMORY_LIMIT_MB=abc python -c 'import tensorflow'"
+MEMORY_LIMIT_MB=abc "$demo/bin/python" -c 'import tensorflow' 2>&1 || echo "(exit status $?)"

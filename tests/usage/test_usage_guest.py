@@ -379,6 +379,21 @@ def test_the_process_tree_s_memory_is_summed_at_one_moment(tmp_path: Path) -> No
     assert "process tree" in memory["source"]
 
 
+def test_the_window_is_the_process_s_life_from_its_start(tmp_path: Path) -> None:
+    """The second of CPU the program burns before it imports torch counts, over the wall
+    time from the process's start: the import and what came before are part of the job."""
+    usage = tmp_path / "usage.json"
+    burn = ("import time\nend = time.process_time() + 1.0\n"
+            "while time.process_time() < end:\n    pass\n")  # fmt: skip
+    done = run(burn + TORCH, {"TFBOOT_USAGE_FILE": str(usage)})
+    assert done.returncode == 0, done.stderr
+    record = json.loads(usage.read_text())
+    cpu = record["cpu"]
+    assert cpu["cpu_seconds"] >= 1.0 and cpu["wall_seconds"] >= cpu["cpu_seconds"] * 0.9
+    assert cpu["used_cpus"] == pytest.approx(cpu["cpu_seconds"] / cpu["wall_seconds"], abs=0.002)
+    assert "starttime" in cpu["wall_source"] and record["started"] <= record["at"]
+
+
 def test_a_short_run_gets_no_cpu_suggestion(tmp_path: Path) -> None:
     usage = tmp_path / "usage.json"
     done = run(TORCH, {"TFBOOT_USAGE_FILE": str(usage)})
@@ -386,7 +401,9 @@ def test_a_short_run_gets_no_cpu_suggestion(tmp_path: Path) -> None:
     assert "cpu" not in record["suggest"]["resources"].get("requests", {})
     assert "--cpus-per-task" not in record["suggest"]["slurm"]
     assert any("gives no CPU figure" in n for n in record["suggest"]["notes"])
-    assert "gives no CPU figure" in used_lines(done.stderr)[0]
+    [line] = used_lines(done.stderr)  # no CPU figure printed, and why said once
+    assert "CPU (2 threads) not judged in so short a run" in line and "gives no" not in line
+    assert " CPUs" not in line and line.count(" s since the process started") == 1
 
 
 def test_a_limit_changed_while_running_is_recorded(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from support import REPO
 from tfboot.node import counters
 from tfboot.usage import sinks
 from tfboot.usage.measure import SCHEMA
-from tfboot.usage.suggest import percentile, run_needs, suggest, summary
+from tfboot.usage.suggest import percentile, run_needs, suggest
 
 CGROUPS = REPO / "tests" / "testdata" / "cgroup"
 
@@ -161,18 +161,45 @@ def test_measured_outside_pool_replaces_the_default_headroom() -> None:
     assert "outside the pool, 700.0 MiB" in found["sources"]["gpu_share_mib"]
 
 
-def test_the_used_line_names_each_budget_and_source() -> None:
+def test_the_used_line_reads_in_one_breath() -> None:
+    """Every figure against its budget, over one window said once; the sources stay in the
+    record; the suggestion last."""
     entry = record(gpus=[gpu(1234.5, 4096, source="tf.config.experimental.get_memory_info")])
     entry["host_memory"] |= {"source": "/sys/fs/cgroup/memory.peak"}
-    entry["cpu"] |= {"wall_seconds": 12.0, "source": "cpu.stat usage_usec", "threads": 2}
+    entry["cpu"] |= {"wall_seconds": 75.25, "source": "cpu.stat usage_usec", "threads": 2,
+                     "wall_source": "the process's start"}  # fmt: skip
     entry["suggest"] = suggest([entry])
-    text = sinks.used_line(entry)
-    assert text.startswith("used: GPU:0 TensorFlow peak 1234.5 MiB of 4096 MiB cap")
-    assert (
-        "host memory peak 1000.0 MiB of 2048 MiB (/sys/fs/cgroup/memory.peak), 0 OOM kills" in text
+    assert sinks.used_line(entry) == (
+        "used: GPU:0 TensorFlow peak 1234.5 MiB of 4096 MiB cap; "
+        "host memory peak 1000.0 MiB of 2048 MiB limit, 0 OOM kills, 0 memory.high events; "
+        "CPU 1.00 of a 2-CPU quota, throttled in 0.0% of periods, 2 threads; "
+        "over the 75.2 s since the process started; next time: MEMORY_LIMIT_MB=1424, "
+        "requests.memory=1152Mi, requests.cpu=1200m, limits.memory=1152Mi, limits.cpu=2, "
+        "Slurm --mem=1152M --cpus-per-task=2"
     )
-    assert "CPU 1.00 CPUs of a 2-CPU quota over 12 s" in text and "2 threads" in text
-    assert "next time: MEMORY_LIMIT_MB=1424" in text and summary(entry["suggest"]) in text
+
+
+def test_a_short_run_s_line_gives_no_cpu_figure_and_says_so_once() -> None:
+    entry = record(limit=None, quota=None, used=0.35, throttled=None)
+    entry["cpu"] |= {"wall_seconds": 5.1, "cpu_seconds": 1.8, "threads": 2}
+    entry["suggest"] = suggest([entry])
+    assert sinks.used_line(entry) == (
+        "used: host memory peak 1000.0 MiB of no limit, 0 OOM kills, 0 memory.high events; "
+        "CPU (2 threads) not judged in so short a run; over the 5.1 s since the process "
+        "started; next time: requests.memory=1152Mi, limits.memory=1152Mi, Slurm --mem=1152M"
+    )
+    # The suggestion's JSON keeps why it holds no CPU figure.
+    assert entry["suggest"]["notes"] == ["a run of 5.1 s gives no CPU figure (under 60 s)"]
+
+
+def test_a_window_reads_as_a_person_reads_it() -> None:
+    assert [sinks.duration(s) for s in (0.03, 59.96, 150, 7300)] == [
+        "0.0 s", "60.0 s", "2.5 min", "2.0 h"
+    ]  # fmt: skip
+    job = record() | {"processes": 3}
+    job["cpu"] |= {"wall_seconds": 600.0}
+    assert sinks.used_line(job).startswith("used: job of 3 processes; host memory peak ")
+    assert "; over the 10.0 min since the job started" in sinks.used_line(job)
 
 
 def test_json_is_written_atomically(tmp_path: Path) -> None:
