@@ -169,8 +169,8 @@ def _launch(plan: Plan, budget: Budget, visible: tuple[int, ...] | None,
     plan.environ.update(cluster.environ)
     plan.warnings += cluster.warnings
     if cluster.launch is not None:
-        arguments = (cluster.launch.arguments,)
-        plan.calls.append(Patch("jax distributed", arguments, cluster.line(), ("distributed",)))
+        args = (cluster.launch.arguments, cluster.launch.replicas)
+        plan.calls.append(Patch("jax distributed", args, cluster.line(), ("distributed",)))
 
 
 def _host_devices(plan: Plan, budget: Budget, count: int, jax: Version | None) -> str | None:

@@ -10,8 +10,10 @@
   workers (``TORCHELASTIC_RUN_ID``), whose ranks its rendezvous placed, the counts are
   checked and nothing is set.
 - JAX: the arguments ``jax.distributed.initialize()`` leaves unset (coordinator, process
-  count and id, ``initialization_timeout`` from ``DIST_STARTUP_TIMEOUT``), filled by the
-  executor's wrapper of that public function. JAX reads no process count or id from the
+  count and id, ``initialization_timeout`` from ``DIST_STARTUP_TIMEOUT``,
+  ``heartbeat_timeout_seconds`` from ``DIST_TERM_GRACE``), filled by the executor's
+  wrapper of that public function, which then checks ``DIST_REPLICAS_PER_WORKER`` against
+  ``jax.local_device_count()``. JAX reads no process count or id from the
   environment; off Slurm, where JAX's own detection agrees, its detection is switched off
   (``cluster_detection_method="deactivate"``, JAX 0.4.36 on) so it looks for no
   ``kubernetes`` package and needs no RBAC. ``JAX_COORDINATOR_ADDRESS`` and Kubeflow
@@ -47,11 +49,6 @@ REFUSED = {
         "DIST_TERM_GRACE": "PyTorch ends on SIGTERM itself; the peer watcher and its grace "
         "are TensorFlow's, which ignores SIGTERM while it waits on its peers",
     },
-    "JAX": {
-        "DIST_REPLICAS_PER_WORKER": "JAX lists its devices only once "
-        "jax.distributed.initialize() started its backend; check jax.local_device_count() "
-        "in the script",
-    },
 }
 
 
@@ -65,6 +62,8 @@ class Launch:
     arguments: dict[str, Any] = field(default_factory=dict)  # jax.distributed.initialize's
     checked: list[str] = field(default_factory=list)  # a launcher's values that agree
     launcher: str = ""  # who formed the job when tfboot sets nothing ("torchrun")
+    # DIST_REPLICAS_PER_WORKER, for JAX checked against its local devices once initialize ran
+    replicas: tuple[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -293,6 +292,9 @@ def plan_jax(identity: Identity, settings: ClusterSettings, env: Mapping[str, st
     }
     if settings.startup_timeout is not None:
         launch.arguments["initialization_timeout"] = settings.startup_timeout
+    if settings.replicas_per_worker is not None:
+        raw = settings.given["DIST_REPLICAS_PER_WORKER"][0]
+        launch.replicas = (raw, settings.replicas_per_worker)
     grace = settings.term_grace
     if jax is None or jax >= HEARTBEAT_FROM:
         launch.arguments["heartbeat_timeout_seconds"] = grace or TERM_GRACE_S

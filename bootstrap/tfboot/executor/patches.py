@@ -18,7 +18,7 @@ from typing import Any
 from ..adapters.jax import BRIDGE
 from ..budget.gpus import cap_over_gpu
 from ..budget.hostmemory import DataDefaults
-from ..errors import ConfigError
+from ..errors import ConfigError, Problem
 from .environ import setenv
 
 WRAPPED = "__tfboot_wraps__"  # on tfboot's wrapper of a framework function: the original
@@ -118,9 +118,13 @@ def peer_watcher(
     return f"peer watcher started for {len(peers)} peer(s)"
 
 
-def jax_distributed(jax: ModuleType, arguments: dict[str, Any]) -> str | None:
+def jax_distributed(
+    jax: ModuleType, arguments: dict[str, Any], replicas: tuple[str, int] | None
+) -> str | None:
     """``jax.distributed.initialize`` with the cluster's values for the arguments the
-    caller leaves unset (None, or not passed); what the caller passes is kept."""
+    caller leaves unset (None, or not passed); what the caller passes is kept. Once it
+    returned, ``replicas`` (``DIST_REPLICAS_PER_WORKER``'s value and count) must be
+    JAX's local device count."""
     module = jax.distributed
     original = module.initialize
     if getattr(original, WRAPPED, None) is not None:
@@ -134,7 +138,20 @@ def jax_distributed(jax: ModuleType, arguments: dict[str, Any]) -> str | None:
         for name, value in filled.items():
             if bound.get(name) is None:
                 bound[name] = value
-        return original(**bound)
+        done = original(**bound)
+        local = jax.local_device_count() if replicas is not None else None
+        if replicas is not None and local != replicas[1]:
+            raise ConfigError(
+                Problem(
+                    "DIST_REPLICAS_PER_WORKER",
+                    replicas[0],
+                    f"this JAX process has {local} local device(s) ({jax.default_backend()}), "
+                    f"but every worker must have {replicas[1]}",
+                    "give every worker the same GPUs, or fix DIST_REPLICAS_PER_WORKER",
+                    verdict="cannot be met on this host",
+                )
+            )
+        return done
 
     setattr(initialize, WRAPPED, original)
     module.initialize = initialize
