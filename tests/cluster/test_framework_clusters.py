@@ -303,6 +303,21 @@ def test_an_unchanged_script_forms_the_group_and_trains_as_one_process(
     assert weights == pytest.approx(reference(framework), rel=1e-12)
 
 
+def test_jax_checks_the_replicas_per_worker_once_initialize_returned(start) -> None:
+    """Task 0 is told one local device, task 1 two: JAX on this CPU has one each."""
+    runs = [
+        start({**env, "DIST_REPLICAS_PER_WORKER": str(i + 1)}, "jax", "multi")
+        for i, env in enumerate(tasks(2))
+    ]
+    ended = [p.communicate(timeout=LIMIT_S + 10) for p in runs]
+    assert runs[1].returncode != 0
+    assert ended[1][1].splitlines()[-1] == (
+        "tfboot.ConfigError: DIST_REPLICAS_PER_WORKER='2' cannot be met on this host: this JAX "
+        "process has 1 local device(s) (cpu), but every worker must have 2; give every worker "
+        "the same GPUs, or fix DIST_REPLICAS_PER_WORKER"
+    )
+
+
 @pytest.mark.slow
 def test_a_plain_torchrun_in_each_task_joins_the_job(start) -> None:
     """Two tasks, each ``torchrun --nproc-per-node`` from DIST_REPLICAS_PER_WORKER and

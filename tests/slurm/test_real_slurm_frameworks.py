@@ -91,6 +91,29 @@ def test_one_srun_line_forms_the_group(
         assert [f["local"] for f in found] == local
 
 
+def test_one_torchrun_per_node_under_srun(slurm: Slurm, tmp_path: Path) -> None:
+    """``srun torchrun --nproc-per-node`` with nothing else: each node's torchrun gets its
+    node rank, node count and rendezvous from the step; four ranks on two nodes."""
+    extra = {"DISTRIBUTED": "slurm", "DIST_REPLICAS_PER_WORKER": "2", "CPU_THREADS": "1",
+             "TFBOOT_LOG": "info"}  # fmt: skip
+    options = ["-N2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    torchrun = ["-m", "torch.distributed.run", str(TRAIN)]
+    done = srun(slurm, tmp_path, options, extra, *torchrun, "torch", "multi")
+    errors = [(tmp_path / f"task-{r}.err").read_text()[-2000:] for r in range(2)]
+    assert done.returncode == 0, (done.stderr, errors)
+    found = [
+        json.loads(line)
+        for r in range(2)
+        # two workers of one torchrun share the task's output: a line may hold both
+        for line in (tmp_path / f"task-{r}.out").read_text().replace("}{", "}\n{").splitlines()
+        if line.startswith("{")
+    ]
+    assert sorted(f["rank"] for f in found) == [0, 1, 2, 3] and {f["world"] for f in found} == {4}
+    weights = reference("torch")
+    assert all(f["weights"] == pytest.approx(weights, rel=1e-12) for f in found)
+    assert "PET_NNODES=2 PET_NODE_RANK=1 PET_MASTER_ADDR=node9" in errors[1]
+
+
 def test_jax_s_own_slurm_detection_agrees_with_tfboot(slurm: Slurm, tmp_path: Path) -> None:
     script = tmp_path / "agree.py"
     script.write_text(AGREE)
