@@ -50,6 +50,27 @@ def _cluster(settings: Any, env: dict[str, str]) -> dict[str, Any] | None:
     return plan_cluster(settings.distributed, settings.cluster, env).to_dict()
 
 
+def _launches(settings: Any, env: dict[str, str], present: list[str]) -> dict[str, Any]:
+    """What the installed PyTorch and JAX get from the cluster, or why they cannot."""
+    if settings.cluster is None:
+        return {}
+    from .cluster.plan import plan_launch
+    from .errors import ConfigError
+    from .node.headroom import NAMES
+    from .node.versions import installed
+
+    found: dict[str, Any] = {}
+    for module in ("torch", "jax"):
+        if module in present:
+            name, version = NAMES[module], installed(module)
+            try:
+                made = plan_launch(name, settings.distributed, settings.cluster, env, None, version)
+                found[name] = made.to_dict()
+            except ConfigError as exc:
+                found[name] = {"error": str(exc)}
+    return found
+
+
 def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
     from .budget.hostmemory import for_tensorflow, host_memory
     from .node.cpu import cpu_budget
@@ -108,6 +129,7 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
         "headroom_mib": {name: room.mib for name, room in headroom.items()},
         "headroom_why": {name: room.why for name, room in headroom.items()},
         "cluster": cluster,
+        "clusters": _launches(settings, env, present),
     }
 
 
@@ -186,6 +208,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     print("GPU-dependent decisions need TensorFlow's device list: run `tfboot doctor`.")
     if data["cluster"] is not None:
         print(f"\n{data['cluster']['line']}\nTF_CONFIG: {data['cluster']['tf_config']}")
+    for name, found in data["clusters"].items():
+        print(found.get("line") or f"{name}: {found['error']}")
     return 0
 
 

@@ -371,3 +371,18 @@ def test_off_sets_nothing_for_any_framework() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[]", "True"] and "cluster" not in done.stderr
+
+
+def test_show_says_what_each_installed_framework_gets() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tfboot", "show", "--json"],
+        env=scenario_env({"DISTRIBUTED": "k8s", **K8S}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    clusters = json.loads(done.stdout)["clusters"]
+    assert clusters["PyTorch"]["launch"]["set"]["RANK"] == "2"
+    assert clusters["JAX"]["launch"]["arguments"]["process_id"] == 2
+    assert clusters["PyTorch"]["tf_config"] is None
