@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +242,31 @@ def matrix_python(framework: str, version: str) -> str:
     if not found.exists():
         unavailable(f"no {found.parent.parent.name} (scripts/test.sh builds the version matrix)")
     return str(found)
+
+
+@contextlib.contextmanager
+def started(script: Path, limit_s: float, defaults: Mapping[str, str] | None = None
+            ) -> Iterator[Callable[..., subprocess.Popen[str]]]:  # fmt: skip
+    """``start(env, *args, launcher=())``: ``script`` as a task of its own (``launcher``, such
+    as ``-m torch.distributed.run``, before it), SIGKILLed after ``limit_s`` and on leaving:
+    TensorFlow swallows SIGTERM under MultiWorkerMirroredStrategy."""
+    processes: list[subprocess.Popen[str]] = []
+
+    def start(env: dict[str, str], *args: str, launcher: tuple[str, ...] = ()) -> subprocess.Popen:
+        process = subprocess.Popen(
+            ["timeout", "-s", "KILL", str(limit_s), sys.executable, *launcher, str(script), *args],
+            env=scenario_env({**(defaults or {}), **env}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        processes.append(process)
+        return process
+
+    try:
+        yield start
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait()

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import free_ports, scenario_env
+from support import free_ports, scenario_env, started
 from tfboot.cluster.launch import HEARTBEAT_FROM, torchrun_agent
 from tfboot.cluster.plan import plan_launch
 from tfboot.errors import ConfigError
@@ -231,24 +231,8 @@ class TestPlans:
 
 @pytest.fixture
 def start() -> Iterator:
-    processes: list[subprocess.Popen[str]] = []
-
-    def run(env: dict[str, str], *args: str, launcher: tuple[str, ...] = ()) -> subprocess.Popen:
-        process = subprocess.Popen(
-            ["timeout", "-s", "KILL", str(LIMIT_S), sys.executable, *launcher, str(TRAIN), *args],
-            env=scenario_env({"TFBOOT_LOG": "quiet", **env}),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        processes.append(process)
-        return process
-
-    yield run
-    for process in processes:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
+    with started(TRAIN, LIMIT_S, {"TFBOOT_LOG": "quiet"}) as run:
+        yield run
 
 
 def reference(framework: str) -> list[float]:

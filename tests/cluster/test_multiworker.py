@@ -9,12 +9,11 @@ TensorFlow swallows SIGTERM under MultiWorkerMirroredStrategy.
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import free_ports, last_json, run_python, scenario_env
+from support import free_ports, last_json, run_python, started
 
 pytestmark = [pytest.mark.tf, pytest.mark.multiworker, pytest.mark.xdist_group("multiworker")]
 
@@ -24,24 +23,8 @@ LIMIT_S = 150
 
 @pytest.fixture
 def start() -> Iterator:
-    processes: list[subprocess.Popen[str]] = []
-
-    def launch(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-        process = subprocess.Popen(
-            ["timeout", "-s", "KILL", str(LIMIT_S), sys.executable, str(TRAIN), *args],
-            env=scenario_env(env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        processes.append(process)
-        return process
-
-    yield launch
-    for process in processes:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
+    with started(TRAIN, LIMIT_S) as launch:
+        yield launch
 
 
 def outputs(processes: list[subprocess.Popen[str]]) -> list[tuple[dict, str]]:
