@@ -370,3 +370,21 @@ def test_show_says_what_each_installed_framework_gets() -> None:
     assert clusters["PyTorch"]["launch"]["set"]["RANK"] == "2"
     assert clusters["JAX"]["launch"]["arguments"]["process_id"] == 2
     assert clusters["PyTorch"]["tf_config"] is None
+
+
+def test_doctor_gives_each_framework_its_cluster_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tfboot", "doctor", "--framework", "torch", "--framework", "jax"],
+        env=scenario_env({"DISTRIBUTED": "k8s", **K8S, "TFBOOT_LOG": "quiet"}),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert (
+        "  cluster: PyTorch rank 2 of 3 (k8s; worker 2, index from JOB_COMPLETION_INDEX=2); "
+        "rank 0 at w-0.train:2222 (port: default 2222 (k8s)); set MASTER_ADDR=w-0.train "
+        "MASTER_PORT=2222 WORLD_SIZE=3 RANK=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1" in lines
+    )
+    assert any(line.startswith("  cluster: JAX rank 2 of 3") for line in lines)

@@ -126,6 +126,8 @@ def render(sections: dict[str, dict[str, Any]]) -> list[str]:
         elif section.get("error"):
             lines.append(f"  ERROR: {section['error']}")
         lines += [f"  applied: {d}" for d in section.get("decisions") or ["nothing"]]
+        if section.get("cluster"):
+            lines.append("  " + section["cluster"]["line"])
         lines.append(f"  devices: {', '.join(section.get('devices', [])) or 'none'}")
         for name, entry in section.get("memory", {}).items():
             limit = entry.get("limit_bytes")

@@ -68,6 +68,7 @@ class Result:
             "decisions": list(self.plan.decisions) if self.plan else [],
             "calls": list(self.calls),
             "warnings": list(self.warnings),
+            "cluster": self.cluster.to_dict() if self.cluster is not None else None,
         }
 
 
