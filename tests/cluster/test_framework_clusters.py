@@ -274,7 +274,10 @@ def tasks(count: int, chief: bool = False) -> list[dict[str, str]]:
 def test_an_unchanged_script_forms_the_group_and_trains_as_one_process(
     start, framework: str, chief: bool
 ) -> None:
-    processes = [start(env, framework, "multi") for env in tasks(3, chief)]
+    """With one Pod template's variables for every framework: a startup timeout and one
+    replica per task, checked and kept."""
+    bounds = {"DIST_STARTUP_TIMEOUT": "120", "DIST_REPLICAS_PER_WORKER": "1"}
+    processes = [start({**env, **bounds}, framework, "multi") for env in tasks(3, chief)]
     ended = [(p, *p.communicate(timeout=LIMIT_S + 10)) for p in processes]
     failed = [f"task {i}: {err[-3000:]}" for i, (p, _, err) in enumerate(ended) if p.returncode]
     assert not failed, "\n".join(failed)
@@ -285,6 +288,28 @@ def test_an_unchanged_script_forms_the_group_and_trains_as_one_process(
     weights = found[0]["weights"]
     assert all(f["weights"] == weights for f in found)
     assert weights == pytest.approx(reference(framework), rel=1e-12)
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_pytorch_s_group_must_form_within_the_startup_timeout(start, index: int) -> None:
+    """One task of two started: it ends with exit status 1 once DIST_STARTUP_TIMEOUT ran out
+    (the import counts), naming what it waited for."""
+    env = {**tasks(2)[index], "DIST_STARTUP_TIMEOUT": "3"}
+    began = time.monotonic()
+    process = start(env, "torch", "multi")
+    _, err = process.communicate(timeout=LIMIT_S)
+    took = time.monotonic() - began
+    assert process.returncode == 1 and took < 3 + 5, (took, err)
+    rank0 = env["DIST_HOSTS"].split("=")[1].split(",")[0]
+    waited = (
+        f"rank 0 waited at {rank0} for the other 1 rank(s)"
+        if index == 0
+        else f"rank 1 of 2 waited for rank 0 at {rank0}"
+    )
+    assert err.splitlines()[-1] == (
+        "tfboot: error: cluster: PyTorch's group did not form within DIST_STARTUP_TIMEOUT=3 s "
+        f"of import torch: {waited}; ending this task"
+    )
 
 
 def test_jax_checks_the_replicas_per_worker_once_initialize_returned(start) -> None:

@@ -79,8 +79,13 @@ print(json.dumps({"pool": jax_pool(), "devices": [d.platform for d in jax.device
                 "JAX: SOFT_PLACEMENT='true' cannot be applied: JAX places",
             ),
             (
-                {"DISTRIBUTED": "k8s", "DIST_TERM_GRACE": "5"},
-                "JAX: DIST_TERM_GRACE='5' cannot be applied: JAX ends on SIGTERM itself",
+                {
+                    "DISTRIBUTED": "k8s",
+                    "DIST_TASKS": "worker=2,ps=1",
+                    "DIST_TASK_INDEX": "0",
+                    "DIST_HOSTS": "worker=w-{i}.t;ps=p-{i}.t",
+                },
+                "JAX: DIST_TASKS='worker=2,ps=1' cannot be met: JAX numbers its processes",
             ),
             ({"XLA_JIT": "off"}, "JAX: XLA_JIT='off' cannot be applied: JAX always compiles"),
             ({"CPU_THREADS": "lots"}, "JAX: CPU_THREADS='lots' is invalid: expected auto, host"),
@@ -142,8 +147,8 @@ print(json.dumps({"intra": torch.get_num_threads(), "inter": torch.get_num_inter
             ({"XLA_JIT": "true"}, "PyTorch: XLA_JIT='true' cannot be applied"),
             ({"LOG_DEVICE_PLACEMENT": "1"}, "PyTorch: LOG_DEVICE_PLACEMENT='1' cannot be applied"),
             (
-                {"DISTRIBUTED": "slurm", "DIST_STARTUP_TIMEOUT": "60"},
-                "PyTorch: DIST_STARTUP_TIMEOUT='60' cannot be applied: PyTorch's one timeout",
+                {"DISTRIBUTED": "slurm", "DIST_TERM_GRACE": "3"},
+                "PyTorch: DIST_TERM_GRACE='3' cannot be applied: PyTorch ends on SIGTERM itself",
             ),
         ],
     )

@@ -12,10 +12,10 @@ TCP, JAX's ``process_allgather`` its multi-process CPU collectives; every rank m
 the weights of one process training on the whole batches (the same script's ``single``
 mode, run on the host).
 
-The overlay is written for TensorFlow, and carries one variable each framework refuses
-(``docs/multi-worker.md``): PyTorch's Pods get its env without ``DIST_STARTUP_TIMEOUT``,
-JAX's and Keras's without ``DIST_REPLICAS_PER_WORKER``, as a manifest for that framework
-would be written; everything else is the rendered manifest's.
+The overlay is one Pod template for every framework: each Pod gets the rendered
+manifest's env unchanged, ``DIST_REPLICAS_PER_WORKER=1`` and ``DIST_STARTUP_TIMEOUT=600``
+included (checked at import for PyTorch, when ``initialize`` returns for JAX; PyTorch's
+``init_process_group`` bounded, JAX's ``initialization_timeout``).
 
 The one stand-in: the image carries TensorFlow only, and no registry can be reached to
 install PyTorch or JAX into it. The test environment's own site-packages, which has them,
@@ -69,12 +69,6 @@ DP_TRAIN = REPO / "tests" / "cluster" / "dp_train.py"
 SCRIPT = "/opt/dp_train.py"
 SITE = Path(sysconfig.get_paths()["purelib"])  # the test environment's, with torch and jax
 MOUNTED_SITE = "/opt/test-site-packages"
-# The overlay's variable each framework refuses (docs/multi-worker.md).
-REFUSED = {
-    "torch": "DIST_STARTUP_TIMEOUT",
-    "jax": "DIST_REPLICAS_PER_WORKER",
-    "keras": "DIST_REPLICAS_PER_WORKER",
-}
 SCRIPT_ENV = {"torch": {}, "jax": {}, "keras": {"KERAS_BACKEND": "jax"}}
 LOG_NAME = {"torch": "PyTorch", "jax": "JAX", "keras": "JAX"}
 LONG_RUN = {"STEPS": "100000", "STEP_S": "0.05", "LOSE_RANK": "2", "LOSE_STEP": "5"}
@@ -146,8 +140,8 @@ def image_site(tfboot_image: str) -> str:
 def pods(
     tfboot_image: str, kubectl: str, image_site: str, tmp_path: Path
 ) -> Iterator[Callable[[str], FrameworkPods]]:
-    """Gives the overlay's Pods for three workers, with the manifest's env less the
-    variable the framework refuses; removes all it started."""
+    """Gives the overlay's Pods for three workers, with the manifest's env; removes all it
+    started."""
     k8s = copy_k8s(tmp_path)
     overlay = k8s / "overlays" / "multi-worker"
     set_literal(overlay / "workers.env", "WORKERS", str(WORKERS))
@@ -159,9 +153,8 @@ def pods(
         job = next(doc for doc in docs if doc["kind"] == "Job")
         assert job["spec"]["completions"] == job["spec"]["parallelism"] == WORKERS
         (container,) = job["spec"]["template"]["spec"]["containers"]
-        refused = REFUSED[framework]
-        assert any(item["name"] == refused for item in container["env"]), container["env"]
-        container["env"] = [item for item in container["env"] if item["name"] != refused]
+        names = {item["name"] for item in container["env"]}
+        assert {"DIST_REPLICAS_PER_WORKER", "DIST_STARTUP_TIMEOUT"} <= names, names
         cluster = FrameworkPods(tfboot_image, docs, image_site)
         made.append(cluster)
         env = cluster.run.env

@@ -141,6 +141,10 @@ def plan_torch(budget: Budget, devices: list[str], agent: bool = False) -> Plan:
     if settings.cluster is not None and plan.role.runs_model:
         plan.cluster = budget.launch(NAME, agent=agent)
         plan.environ.update(plan.cluster.environ)
+        deadline = plan.cluster.launch.deadline if plan.cluster.launch else None
+        if deadline is not None:
+            needs = ("distributed.init_process_group",)
+            plan.calls.append(Patch("torch deadline", deadline, plan.cluster.line(), needs))
     if caps is not None:
         plan.calls.append(caps)  # queued for CUDA's start, after the pools are sized
     plan.check()

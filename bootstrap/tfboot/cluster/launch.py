@@ -9,6 +9,8 @@
   them: a plain ``torchrun --nproc-per-node=N train.py`` then joins the job. In its
   workers (``TORCHELASTIC_RUN_ID``), whose ranks its rendezvous placed, the counts are
   checked and nothing is set.
+- PyTorch's start: ``DIST_STARTUP_TIMEOUT`` bounds ``init_process_group`` (``deadline``),
+  never its ``timeout``, which bounds every collective too.
 - JAX: the arguments ``jax.distributed.initialize()`` leaves unset (coordinator, process
   count and id, ``initialization_timeout`` from ``DIST_STARTUP_TIMEOUT``,
   ``heartbeat_timeout_seconds`` from ``DIST_TERM_GRACE``), filled by the executor's
@@ -44,8 +46,6 @@ HEARTBEAT_FROM = (0, 7, 0)  # jax.distributed.initialize's heartbeat_timeout_sec
 # What each framework cannot take from the contract, and why.
 REFUSED = {
     "PyTorch": {
-        "DIST_STARTUP_TIMEOUT": "PyTorch's one timeout, init_process_group(timeout=...), also "
-        "bounds every collective after the group forms: pass it in the script",
         "DIST_TERM_GRACE": "PyTorch ends on SIGTERM itself; the peer watcher and its grace "
         "are TensorFlow's, which ignores SIGTERM while it waits on its peers",
     },
@@ -64,6 +64,8 @@ class Launch:
     launcher: str = ""  # who formed the job when tfboot sets nothing ("torchrun")
     # DIST_REPLICAS_PER_WORKER, for JAX checked against its local devices once initialize ran
     replicas: tuple[str, int] | None = None
+    # DIST_STARTUP_TIMEOUT for PyTorch's init_process_group: the seconds, and what is awaited
+    deadline: tuple[int, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -170,6 +172,14 @@ def plan_torch(identity: Identity, settings: ClusterSettings, env: Mapping[str, 
     is torchrun itself (``torchrun_agent``)."""
     world = world_of(identity, "PyTorch", _given(identity, settings, mode))
     launch = Launch("PyTorch", world)
+    if settings.startup_timeout is not None and not agent:
+        if world.rank:
+            waits = f"rank {world.rank} of {world.size} waited for rank 0 at {world.coordinator}"
+        else:
+            waits = f"rank 0 waited at {world.coordinator} for the other {world.size - 1} rank(s)"
+        torchrun = user_value(env, TORCHRUN) is not None
+        waits = f"a worker of torchrun waited for its group ({waits})" if torchrun else waits
+        launch.deadline = (settings.startup_timeout, waits)
     if user_value(env, TORCHRUN) is not None:
         _torchrun(launch, settings, env)
         return launch

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import inspect
 import os
+import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -158,8 +159,26 @@ def jax_distributed(
     return f"jax.distributed.initialize fills unset {', '.join(filled)}"
 
 
+def torch_deadline(torch: ModuleType, seconds: int, waits: str) -> str | None:
+    """``torch.distributed.init_process_group`` must return within ``seconds`` of now (the
+    import), or the task ends, naming what it ``waits`` for (``cluster.deadline``)."""
+    from ..cluster.deadline import bounded
+
+    module = torch.distributed
+    original = getattr(module.init_process_group, WRAPPED, module.init_process_group)
+    text = (
+        f"cluster: PyTorch's group did not form within DIST_STARTUP_TIMEOUT={seconds} s of "
+        f"import torch: {waits}; ending this task"
+    )
+    wrapped = bounded(original, time.monotonic() + seconds, text)
+    setattr(wrapped, WRAPPED, original)
+    module.init_process_group = wrapped
+    return f"torch.distributed.init_process_group bounded by {seconds} s from now"
+
+
 PATCHES: dict[str, Callable[..., str | None]] = {
     "jax distributed": jax_distributed,
+    "torch deadline": torch_deadline,
     "tf.data defaults": tf_data_defaults,
     "jax cpu pool": jax_cpu_pool,
     "torch caps": torch_caps,
