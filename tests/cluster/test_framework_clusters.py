@@ -299,7 +299,8 @@ def test_pytorch_s_group_must_form_within_the_startup_timeout(start, index: int)
     process = start(env, "torch", "multi")
     _, err = process.communicate(timeout=LIMIT_S)
     took = time.monotonic() - began
-    assert process.returncode == 1 and took < 3 + 5, (took, err)
+    # the 3 s count from import torch, which itself takes seconds on a loaded machine
+    assert process.returncode == 1 and took < 3 + 15, (took, err)
     rank0 = env["DIST_HOSTS"].split("=")[1].split(",")[0]
     waited = (
         f"rank 0 waited at {rank0} for the other 1 rank(s)"
@@ -370,6 +371,7 @@ def test_off_sets_nothing_for_any_framework() -> None:
         "names = ('MASTER_ADDR', 'RANK', 'WORLD_SIZE', 'KERAS_DISTRIBUTION_NUM_PROCESSES')\n"
         "print(json.dumps([n for n in names if n in os.environ]))\n"
         "print(getattr(jax.distributed.initialize, '__tfboot_wraps__', None) is None)\n"
+        "import sys; print([m for m in sys.modules if m.startswith('tfboot.cluster.')])\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],
@@ -379,7 +381,7 @@ def test_off_sets_nothing_for_any_framework() -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["[]", "True"] and "cluster" not in done.stderr
+    assert done.stdout.splitlines() == ["[]", "True", "[]"] and "cluster" not in done.stderr
 
 
 def test_show_says_what_each_installed_framework_gets() -> None:

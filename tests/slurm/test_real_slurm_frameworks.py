@@ -77,7 +77,8 @@ def results(folder: Path, count: int) -> list[dict]:
 def test_one_srun_line_forms_the_group(
     slurm: Slurm, tmp_path: Path, framework: str, options: list[str], local: list | None
 ) -> None:
-    extra = {"DISTRIBUTED": "slurm", "CPU_THREADS": "1"}
+    extra = {"DISTRIBUTED": "slurm", "CPU_THREADS": "1", "DIST_STARTUP_TIMEOUT": "120",
+             "DIST_REPLICAS_PER_WORKER": "1"}  # fmt: skip
     done = srun(slurm, tmp_path, [*options, "--kill-on-bad-exit=1"], extra, TRAIN, framework,
                 "multi")  # fmt: skip
     errors = [(tmp_path / f"task-{r}.err").read_text()[-2000:] for r in range(len(local or "abc"))]

@@ -33,7 +33,6 @@ from typing import Any
 from ..budget import FRAMEWORK_READS, Budget
 from ..budget.gpus import cap_over_gpu, cpu_split, no_gpu
 from ..budget.roles import NAMES, Role, decide
-from ..cluster.launch import refusals as cluster_refusals
 from ..errors import ConfigError, Problem
 from ..node.cuda import cuda_devices
 from ..node.nvml import read_inventory
@@ -287,6 +286,8 @@ def _refusals(plan: Plan, settings: Settings) -> None:
     elif settings.xla_jit:
         plan.decisions.append(f"XLA JIT: always on in JAX ({settings.shown('XLA_JIT')})")
     if settings.cluster is not None:
+        from ..cluster.launch import refusals as cluster_refusals
+
         for name, why in cluster_refusals(NAME, settings.cluster):
             plan.refuse(settings, name, why)
 

@@ -24,8 +24,6 @@ from typing import Any
 from ..budget import FRAMEWORK_READS, Budget
 from ..budget.gpus import no_gpu
 from ..budget.roles import NAMES, Role, decide
-from ..cluster.launch import refusals as cluster_refusals
-from ..cluster.launch import torchrun_agent
 from ..errors import ConfigError, Problem
 from ..node.cuda import CUDA_VISIBLE, cuda_devices
 from ..node.nvml import read_inventory
@@ -76,7 +74,11 @@ def role(importing: Sequence[str], taken: Sequence[str], backend: Callable[[], s
 def facts(stage: str, budget: Budget, read: Read) -> dict[str, Any]:
     """Whether this process is torchrun itself; ``after``: the devices CUDA will list on a
     CUDA build, and whether CUDA started."""
-    agent = torchrun_agent(getattr(sys, "orig_argv", sys.argv))
+    agent = False
+    if budget.settings.cluster is not None:  # the cluster's code loads only when it is used
+        from ..cluster.launch import torchrun_agent
+
+        agent = torchrun_agent(getattr(sys, "orig_argv", sys.argv))
     if stage != "after":
         return {"agent": agent}
     cuda_build = read.attr("version.cuda") is not None
@@ -175,6 +177,8 @@ def refusals(plan: Plan, settings: Settings) -> None:
         if name in settings.given:
             plan.refuse(settings, name, why)
     if settings.cluster is not None:
+        from ..cluster.launch import refusals as cluster_refusals
+
         for name, why in cluster_refusals(NAME, settings.cluster):
             plan.refuse(settings, name, why)
     if settings.virtual_split != 1:
