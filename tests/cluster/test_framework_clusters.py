@@ -120,7 +120,7 @@ class TestPlans:
             "cluster_detection_method": "deactivate",
         }
         assert cluster.environ == {
-            "KERAS_DISTRIBUTION_JOB_ADDRESSES": "w-0.train:2222,w-1.train:2222,w-2.train:2222",
+            "KERAS_DISTRIBUTION_JOB_ADDRESSES": "w-0.train:2222",
             "KERAS_DISTRIBUTION_NUM_PROCESSES": "3",
             "KERAS_DISTRIBUTION_PROCESS_ID": "2",
         }
@@ -164,7 +164,7 @@ class TestPlans:
         text = error("PyTorch", "k8s", {**K8S, "RANK": "1", "WORLD_SIZE": "4"})
         one = (
             "{}='{}' contradicts the cluster: the cluster tfboot forms from DISTRIBUTED and "
-            "DIST_* gives {} for this task, rank 2 of 3 (k8s; worker 2, index from "
+            "DIST_* gives '{}' for this task, rank 2 of 3 (k8s; worker 2, index from "
             "JOB_COMPLETION_INDEX=2); fix the DIST_* variables, or unset DISTRIBUTED to leave "
             "the job to the launcher that set it"
         )
@@ -176,7 +176,7 @@ class TestPlans:
         )
         jax = error("JAX", "k8s", {**K8S, "JAX_COORDINATOR_ADDRESS": "other:1234"})
         assert jax.startswith("JAX_COORDINATOR_ADDRESS='other:1234' contradicts the cluster")
-        assert "gives w-0.train:2222" in jax
+        assert "gives 'w-0.train:2222'" in jax
 
     def test_under_torchrun_the_counts_are_checked_and_nothing_set(self) -> None:
         torchrun = {"TORCHELASTIC_RUN_ID": "j", "GROUP_WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "4"}

@@ -20,8 +20,9 @@
   (``cluster_detection_method="deactivate"``, JAX 0.4.36 on) so it looks for no
   ``kubernetes`` package and needs no RBAC. ``JAX_COORDINATOR_ADDRESS`` and Kubeflow
   Trainer's ``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID``, when set, must agree.
-- Keras 3 (JAX backend): ``KERAS_DISTRIBUTION_JOB_ADDRESSES``, ``_NUM_PROCESSES`` and
-  ``_PROCESS_ID``, which ``keras.distribution.initialize()`` reads.
+- Keras 3 (JAX backend): ``KERAS_DISTRIBUTION_JOB_ADDRESSES`` (rank 0's address, the one
+  its JAX backend uses), ``_NUM_PROCESSES`` and ``_PROCESS_ID``, which
+  ``keras.distribution.initialize()`` reads.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 from ..errors import ConfigError, Problem
 from ..provenance import user_value
-from ..values import digits
+from ..values import digits, quote
 from .engines import Identity
 from .variables import ClusterSettings
 from .watcher import TERM_GRACE_S
@@ -130,8 +131,8 @@ def agree(
                 Problem(
                     name,
                     theirs,
-                    f"the cluster tfboot forms from DISTRIBUTED and DIST_* gives {value} for "
-                    f"this task, {why}",
+                    f"the cluster tfboot forms from DISTRIBUTED and DIST_* gives "
+                    f"{quote(value)} for this task, {why}",
                     "fix the DIST_* variables, or unset DISTRIBUTED to leave the job to "
                     "the launcher that set it",
                     verdict="contradicts the cluster",
@@ -282,7 +283,9 @@ def plan_jax(identity: Identity, settings: ClusterSettings, env: Mapping[str, st
         "JAX_PROCESS_ID": str(world.rank),
     }
     keras = {
-        "KERAS_DISTRIBUTION_JOB_ADDRESSES": ",".join(world.addresses),
+        # rank 0's address alone, all JAX's backend reads of it: the list of every task's
+        # would outgrow one environment string (128 KiB) with a few thousand tasks
+        "KERAS_DISTRIBUTION_JOB_ADDRESSES": world.coordinator,
         "KERAS_DISTRIBUTION_NUM_PROCESSES": str(world.size),
         "KERAS_DISTRIBUTION_PROCESS_ID": str(world.rank),
     }
