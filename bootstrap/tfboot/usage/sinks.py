@@ -55,8 +55,8 @@ def _cpu(cpu: dict[str, Any]) -> str:
     wall, used = cpu.get("wall_seconds"), cpu.get("used_cpus")
     threads = f", {cpu['threads']} threads" if cpu.get("threads") is not None else ""
     if isinstance(wall, int | float) and wall < MIN_CPU_WINDOW_S:
-        pools = f" ({cpu['threads']} threads)" if cpu.get("threads") is not None else ""
-        return f"CPU{pools} not judged in so short a run"
+        budget = f"a {cpu['quota']:g}-CPU quota" if cpu.get("quota") else "no quota"
+        return f"CPU ({budget}{threads}) not judged in so short a run"
     quota = f" of a {cpu['quota']:g}-CPU quota" if cpu.get("quota") else " of no quota"
     if cpu.get("earlier_quotas"):
         quota += f" (resized from {cpu['earlier_quotas'][0].get('quota')})"
