@@ -40,8 +40,9 @@ class ClusterPlan:
     def tf_config(self) -> str | None:
         """The ``TF_CONFIG`` tfboot sets, or None when it sets none."""
         config = self.identity.config
-        built = config is not None and self.identity.build and self.framework == "TensorFlow"
-        return config.to_json() if built and config is not None else None
+        if config is None or not self.identity.build or self.framework != "TensorFlow":
+            return None
+        return config.to_json()
 
     @property
     def peers(self) -> list[str]:

@@ -119,6 +119,16 @@ def peer_watcher(
     return f"peer watcher started for {len(peers)} peer(s)"
 
 
+def _replace(module: Any, name: str, wrap: Callable[[Any], Any]) -> None:
+    """``module.name`` replaced by ``wrap(original)``, the original taken from under an
+    earlier tfboot wrapper: a second configuration replaces the first."""
+    current = getattr(module, name)
+    original = getattr(current, WRAPPED, current)
+    wrapped = wrap(original)
+    setattr(wrapped, WRAPPED, original)
+    setattr(module, name, wrapped)
+
+
 def jax_distributed(
     jax: ModuleType, arguments: dict[str, Any], replicas: tuple[str, int] | None
 ) -> str | None:
@@ -126,36 +136,35 @@ def jax_distributed(
     caller leaves unset (None, or not passed); what the caller passes is kept. Once it
     returned, ``replicas`` (``DIST_REPLICAS_PER_WORKER``'s value and count) must be
     JAX's local device count."""
-    module = jax.distributed
-    original = module.initialize
-    if getattr(original, WRAPPED, None) is not None:
-        original = getattr(original, WRAPPED)  # a second configuration replaces the first
-    signature = inspect.signature(original)
-    filled = {n: v for n, v in arguments.items() if n in signature.parameters}
+    filled: dict[str, Any] = {}
 
-    @functools.wraps(original)
-    def initialize(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind_partial(*args, **kwargs).arguments
-        for name, value in filled.items():
-            if bound.get(name) is None:
-                bound[name] = value
-        done = original(**bound)
-        local = jax.local_device_count() if replicas is not None else None
-        if replicas is not None and local != replicas[1]:
-            raise ConfigError(
-                Problem(
-                    "DIST_REPLICAS_PER_WORKER",
-                    replicas[0],
-                    f"this JAX process has {local} local device(s) ({jax.default_backend()}), "
-                    f"but every worker must have {replicas[1]}",
-                    "give every worker the same GPUs, or fix DIST_REPLICAS_PER_WORKER",
-                    verdict="cannot be met on this host",
+    def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(original)
+        filled.update((n, v) for n, v in arguments.items() if n in signature.parameters)
+
+        @functools.wraps(original)
+        def initialize(*args: Any, **kwargs: Any) -> Any:
+            bound = signature.bind_partial(*args, **kwargs).arguments
+            for name, value in filled.items():
+                if bound.get(name) is None:
+                    bound[name] = value
+            done = original(**bound)
+            if replicas is not None and (local := jax.local_device_count()) != replicas[1]:
+                raise ConfigError(
+                    Problem(
+                        "DIST_REPLICAS_PER_WORKER",
+                        replicas[0],
+                        f"this JAX process has {local} local device(s) "
+                        f"({jax.default_backend()}), but every worker must have {replicas[1]}",
+                        "give every worker the same GPUs, or fix DIST_REPLICAS_PER_WORKER",
+                        verdict="cannot be met on this host",
+                    )
                 )
-            )
-        return done
+            return done
 
-    setattr(initialize, WRAPPED, original)
-    module.initialize = initialize
+        return initialize
+
+    _replace(jax.distributed, "initialize", wrap)
     return f"jax.distributed.initialize fills unset {', '.join(filled)}"
 
 
@@ -164,15 +173,12 @@ def torch_deadline(torch: ModuleType, seconds: int, waits: str) -> str | None:
     import), or the task ends, naming what it ``waits`` for (``cluster.deadline``)."""
     from ..cluster.deadline import bounded
 
-    module = torch.distributed
-    original = getattr(module.init_process_group, WRAPPED, module.init_process_group)
     text = (
         f"cluster: PyTorch's group did not form within DIST_STARTUP_TIMEOUT={seconds} s of "
         f"import torch: {waits}; ending this task"
     )
-    wrapped = bounded(original, time.monotonic() + seconds, text)
-    setattr(wrapped, WRAPPED, original)
-    module.init_process_group = wrapped
+    deadline = time.monotonic() + seconds
+    _replace(torch.distributed, "init_process_group", lambda f: bounded(f, deadline, text))
     return f"torch.distributed.init_process_group bounded by {seconds} s from now"
 
 
