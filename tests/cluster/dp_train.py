@@ -97,7 +97,10 @@ def main() -> None:
         time.sleep(STEP_S)
     found = {"rank": rank, "world": world, "weights": [*w.tolist(), b]}
     found["local"] = [os.environ.get("LOCAL_RANK"), os.environ.get("LOCAL_WORLD_SIZE")]
-    print(json.dumps(found), flush=True)
+    # One write: torchrun's workers share its stdout and run unbuffered (``python -u``), where
+    # print's two writes (the text, then the newline) of two workers can interleave.
+    sys.stdout.write(json.dumps(found) + "\n")
+    sys.stdout.flush()
 
 
 main()
