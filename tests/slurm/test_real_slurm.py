@@ -13,11 +13,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
-from conftest import Slurm
 from support import REPO, scenario_env
+
+if TYPE_CHECKING:  # the fixture's type; conftest is not a module to import at run time
+    from conftest import Slurm
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -10,14 +10,18 @@ its own reading of the step must agree with tfboot's, rank for rank.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from conftest import Slurm
 from support import REPO, scenario_env
 from test_real_slurm import srun
+
+if TYPE_CHECKING:  # the fixture's type; conftest is not a module to import at run time
+    from conftest import Slurm
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -43,8 +47,6 @@ print(json.dumps({"theirs": theirs, "ours": ours.to_dict()}))
 
 
 def reference(framework: str) -> list[float]:
-    import subprocess
-
     done = subprocess.run(
         [PYTHON, str(TRAIN), framework, "single"],
         env=scenario_env(),
@@ -54,6 +56,19 @@ def reference(framework: str) -> list[float]:
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])["weights"]
+
+
+def succeeded(done: subprocess.CompletedProcess[str], folder: Path, count: int) -> list[str]:
+    """Each task's whole stderr, once the step is known to have ended with status 0; a failed
+    step prints them all first (pytest shows a failed test's output whole, where an
+    assertion's message is cut)."""
+    errors = [(folder / f"task-{rank}.err").read_text() for rank in range(count)]
+    if done.returncode != 0:
+        print(done.stderr)
+        for rank, text in enumerate(errors):
+            print(f"--- task {rank}'s stderr\n{text}")
+    assert done.returncode == 0, f"the step ended with status {done.returncode}"
+    return errors
 
 
 def results(folder: Path, count: int) -> list[dict]:
@@ -81,9 +96,9 @@ def test_one_srun_line_forms_the_group(
              "DIST_REPLICAS_PER_WORKER": "1"}  # fmt: skip
     done = srun(slurm, tmp_path, [*options, "--kill-on-bad-exit=1"], extra, TRAIN, framework,
                 "multi")  # fmt: skip
-    errors = [(tmp_path / f"task-{r}.err").read_text()[-2000:] for r in range(len(local or "abc"))]
-    assert done.returncode == 0, (done.stderr, errors)
-    found = results(tmp_path, len(local) if local else 3 + ("-n4" in options))
+    count = 4 if "-n4" in options else 3
+    succeeded(done, tmp_path, count)
+    found = results(tmp_path, count)
     assert [f["rank"] for f in found] == list(range(len(found)))
     weights = found[0]["weights"]
     assert all(f["weights"] == weights for f in found)
@@ -100,8 +115,7 @@ def test_one_torchrun_per_node_under_srun(slurm: Slurm, tmp_path: Path) -> None:
     options = ["-N2", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     torchrun = ["-m", "torch.distributed.run", str(TRAIN)]
     done = srun(slurm, tmp_path, options, extra, *torchrun, "torch", "multi")
-    errors = [(tmp_path / f"task-{r}.err").read_text()[-2000:] for r in range(2)]
-    assert done.returncode == 0, (done.stderr, errors)
+    errors = succeeded(done, tmp_path, 2)
     found = [
         json.loads(line)
         for r in range(2)
@@ -119,7 +133,7 @@ def test_jax_s_own_slurm_detection_agrees_with_tfboot(slurm: Slurm, tmp_path: Pa
     script.write_text(AGREE)
     options = ["-N2", "-n4", "--distribution=cyclic"]
     done = srun(slurm, tmp_path / "out", options, {"DISTRIBUTED": "slurm"}, script)
-    assert done.returncode == 0, done.stderr
+    succeeded(done, tmp_path / "out", 4)
     for rank, found in enumerate(results(tmp_path / "out", 4)):
         theirs, ours = found["theirs"], found["ours"]
         assert (
