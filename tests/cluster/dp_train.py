@@ -49,8 +49,8 @@ def torch_job():
             return tensor.numpy()
 
         # As PyTorch asks of every script: a process that exits with its gloo group alive
-        # may abort at exit ("terminate called without an active exception", SIGABRT), about
-        # one job of four ranks in twenty here, with or without tfboot.
+        # may abort at exit ("terminate called without an active exception", SIGABRT): 7
+        # jobs of four ranks in 80 here, with or without tfboot; none in 100 that end it.
         return dist.get_rank(), dist.get_world_size(), total, dist.destroy_process_group
     return 0, 1, lambda grad: grad, lambda: None
 
