@@ -186,8 +186,8 @@ def test_a_short_run_s_line_gives_no_cpu_figure_and_says_so_once() -> None:
     assert sinks.used_line(entry) == (
         "used: host memory peak 1000.0 MiB of no limit, 0 OOM kills, 0 memory.high events; "
         "CPU (no quota, 2 threads) not judged in so short a run; over the 5.1 s since the "
-        "process "
-        "started; next time: requests.memory=1152Mi, limits.memory=1152Mi, Slurm --mem=1152M"
+        "process started; next time: requests.memory=1152Mi, limits.memory=1152Mi, "
+        "Slurm --mem=1152M"
     )
     # The suggestion's JSON keeps why it holds no CPU figure.
     assert entry["suggest"]["notes"] == ["a run of 5.1 s gives no CPU figure (under 60 s)"]
