@@ -1,21 +1,25 @@
-"""Freed host memory back to the kernel under a host-memory budget (``HOST_MEMORY_RELEASE``).
+"""Freed host memory back to the kernel when it is short (``HOST_MEMORY_RELEASE``).
 
 The allocator facts are read from fake memory maps under ``testdata/allocator``; the
 decisions are pure; and in real interpreters, with each real framework, a freed 8 MiB
-block goes back to the kernel under tfboot and stays in the process without it (glibc's
-dynamic mmap threshold, which rises past the block after its first free). The tf.data case
-in containers with real memory limits is tests/docker/test_host_memory_release.py.
+block stays in the process while memory is plentiful, as without tfboot (glibc's dynamic
+mmap threshold, which rises past the block after its first free), and goes back to the
+kernel once the working set is past the governor's levels. Forked children, ``multiprocessing``
+children and PyTorch DataLoader workers (fork and forkserver) each get a governor. The
+tf.data cases in containers with real memory limits are
+tests/docker/test_container_host_memory.py; the governor's steps, tests/test_governor.py.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from support import decision, problem_text, run_python, tf_plan
 from tfboot import resolve
 from tfboot.budget.hostmemory import host_memory
-from tfboot.budget.malloc import M_MMAP_THRESHOLD, MMAP_THRESHOLD, release
+from tfboot.budget.malloc import HOLD_AT, TRIM_AT, release
 from tfboot.node.allocator import Allocator, read_allocator
 from tfboot.node.cpu import CpuBudget
 from tfboot.node.hostmem import MemoryBudget
@@ -63,21 +67,27 @@ def test_the_users_allocator_settings_are_seen(env: dict[str, str], chosen: tupl
 
 def decide(env: dict[str, str], allocator: Allocator = GLIBC, memory: MemoryBudget = LIMIT):
     settings = resolve(env)
-    return release(settings, host_memory(settings, CPU, memory), allocator)
+    return release(settings, host_memory(settings, CPU, memory), allocator, memory.source)
 
 
-def test_under_a_limit_the_mmap_threshold_is_fixed() -> None:
+def test_under_a_limit_the_governor_watches_the_cgroup() -> None:
     found = decide({})
-    assert found is not None
-    assert found.options == ((M_MMAP_THRESHOLD, MMAP_THRESHOLD, "M_MMAP_THRESHOLD"),)
-    assert "glibc 2.36 mallopt M_MMAP_THRESHOLD=1 MiB" in found.why
+    assert found is not None and found.watch is not None
+    mib = 1 << 20
+    assert (found.watch.limit, found.watch.trim_at, found.watch.hold_at) == (
+        600 * mib, int(600 * mib * TRIM_AT), int(600 * mib * HOLD_AT))  # fmt: skip
+    assert found.watch.limit_file == "/sys/fs/cgroup/memory.max"
+    assert "the cgroup's working set watched against 600 MiB" in found.why
     assert "HOST_MEMORY_LIMIT_MB=auto: 600 MiB from /sys/fs/cgroup/memory.max" in found.why
+    assert "below 70% malloc is as glibc has it, at no cost" in found.why
     assert "HOST_MEMORY_RELEASE=false leaves malloc alone" in found.why
 
 
 def test_a_given_limit_counts_as_a_budget_too() -> None:
     found = decide({"HOST_MEMORY_LIMIT_MB": "4096"}, memory=MemoryBudget(None, ""))
-    assert found is not None and found.options and "HOST_MEMORY_LIMIT_MB=4096 (env)" in found.why
+    assert found is not None and found.watch is not None and found.watch.limit_file == ""
+    assert "this process's resident set watched" in found.why
+    assert "HOST_MEMORY_LIMIT_MB=4096 (env)" in found.why
 
 
 @pytest.mark.parametrize("env", [{}, {"HOST_MEMORY_LIMIT_MB": "host"}])
@@ -100,7 +110,7 @@ def test_no_budget_no_change(env: dict[str, str]) -> None:
 )  # fmt: skip
 def test_left_alone_and_said_why(env: dict[str, str], allocator: Allocator, why: str) -> None:
     found = decide(env, allocator)
-    assert found is not None and found.options == () and found.why.startswith(why)
+    assert found is not None and found.watch is None and found.why.startswith(why)
 
 
 def test_a_bad_switch_names_the_variable() -> None:
@@ -110,17 +120,23 @@ def test_a_bad_switch_names_the_variable() -> None:
 
 def test_tensorflows_line_says_what_was_set() -> None:
     plan = tf_plan({}, 0, CPU, LIMIT)
-    assert "glibc" in decision(plan, "freed host memory returned to the kernel: glibc ")
-    assert [c for c in plan.calls if getattr(c, "name", "") == "malloc"]
+    assert "glibc" in decision(plan, "freed host memory returned to the kernel when it is short")
+    assert [c for c in plan.calls if getattr(c, "name", "") == "memory governor"]
 
 
 # A real interpreter, a real framework import through tfboot's hook, then glibc's own
 # behaviour: free an 8 MiB block (mmapped, so glibc raises its threshold to 8 MiB), then take
-# and free another 8 MiB. Without a fixed threshold the second comes from the heap, and
-# glibc keeps it (its trim threshold rose to 16 MiB too); with tfboot's, it is unmapped.
+# and free another 8 MiB. With glibc's own threshold the second comes from the heap and glibc
+# keeps it (its trim threshold rose to 16 MiB too): what a job pays nothing for while memory
+# is plentiful. Once the governor holds (the working set past its level), it is unmapped.
 KEPT = """
-import ctypes, os, sys
+import ctypes, os, sys, time
 import {module}
+from tfboot.executor import governor
+deadline = time.monotonic() + 10
+while {short} and not (governor.current() and governor.current().holds):
+    assert time.monotonic() < deadline, "the governor never held"
+    time.sleep(0.01)
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = (ctypes.c_size_t,)
@@ -139,16 +155,18 @@ print((rss() - before) >> 20)
 @pytest.mark.parametrize(
     ("env", "kept"),
     [
-        ({"HOST_MEMORY_LIMIT_MB": "4096"}, False),
-        ({"HOST_MEMORY_LIMIT_MB": "4096", "HOST_MEMORY_RELEASE": "false"}, True),
-        ({"HOST_MEMORY_LIMIT_MB": "4096", "MALLOC_ARENA_MAX": "4"}, True),  # the user chose
+        ({"HOST_MEMORY_LIMIT_MB": "65536"}, True),  # plentiful: glibc as it is, no cost
+        ({"HOST_MEMORY_LIMIT_MB": "64"}, False),  # short: the process is past 78% of it
+        ({"HOST_MEMORY_LIMIT_MB": "64", "HOST_MEMORY_RELEASE": "false"}, True),
+        ({"HOST_MEMORY_LIMIT_MB": "64", "MALLOC_ARENA_MAX": "4"}, True),  # the user chose
         ({"TFBOOT_DISABLE": "1"}, True),
     ],
 )
-def test_a_freed_block_goes_back_to_the_kernel(
+def test_a_freed_block_goes_back_only_when_memory_is_short(
     module: str, env: dict[str, str], kept: bool
 ) -> None:
-    result = run_python(KEPT.format(module=module), {**env, "TFBOOT_LOG": "quiet"})
+    code = KEPT.format(module=module, short=not kept)
+    result = run_python(code, {**env, "TFBOOT_LOG": "quiet"})
     assert result.returncode == 0, result.stderr
     held = int(result.stdout.split()[-1])
     assert (held >= 7) == kept, f"{module} kept {held} MiB after free ({env})"
@@ -157,5 +175,96 @@ def test_a_freed_block_goes_back_to_the_kernel(
 def test_the_info_line_says_it(tmp_path: Path) -> None:
     result = run_python("import torch", {"HOST_MEMORY_LIMIT_MB": "2048"})
     assert result.returncode == 0, result.stderr
-    assert "freed host memory returned to the kernel: glibc " in result.stderr
-    assert "(under HOST_MEMORY_LIMIT_MB=2048 (env);" in result.stderr
+    assert "freed host memory returned to the kernel when it is short: this process's " in result.stderr
+    assert "(HOST_MEMORY_LIMIT_MB=2048 (env)); from 70% glibc " in result.stderr
+    assert "below 70% malloc is as glibc has it, at no cost" in result.stderr
+
+
+# Every process the cgroup counts: a forked child, multiprocessing's fork and forkserver
+# children, and PyTorch DataLoader workers of each start method, each report whether a
+# governor runs in them (its thread alive, its own object) and whether they are held.
+CHILDREN = """
+import json, multiprocessing as mp, os, sys, threading
+import torch
+from tfboot.executor import governor
+
+def state(_=None):
+    found = governor.current()
+    alive = any(t.name == "tfboot-memory" for t in threading.enumerate())
+    return {"pid": os.getpid(), "governor": found is not None and alive,
+            "id": id(found), "held": bool(found and found.held_since is not None)}
+
+class Items(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4
+    def __getitem__(self, i):
+        return torch.tensor([state()["governor"], state()["held"]])
+
+if __name__ == "__main__":
+    import time
+    deadline = time.monotonic() + 10
+    while {short} and not governor.current().holds:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    seen = {"parent": state()}
+    pid = os.fork()
+    if pid == 0:
+        ok = state()["governor"] and state()["id"] != seen["parent"]["id"]
+        os._exit(0 if ok else 3)
+    seen["os.fork"] = os.waitpid(pid, 0)[1] == 0
+    for method in ("fork", "forkserver", "spawn"):
+        with mp.get_context(method).Pool(2) as pool:
+            seen[f"pool {method}"] = pool.map(state, range(2))
+        loader = torch.utils.data.DataLoader(Items(), batch_size=2, num_workers=2,
+                                             multiprocessing_context=method)
+        seen[f"loader {method}"] = [b.tolist() for b in loader]
+    print(json.dumps(seen))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("short", [False, True])
+def test_every_child_process_gets_a_governor(tmp_path: Path, short: bool) -> None:
+    script = tmp_path / "children.py"
+    script.write_text(CHILDREN.replace("{short}", str(short)))
+    limit = "64" if short else "65536"
+    result = run_python(script, {"HOST_MEMORY_LIMIT_MB": limit, "TFBOOT_LOG": "quiet"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["parent"]["governor"] and seen["parent"]["held"] == short
+    assert seen["os.fork"], "a forked child has no governor of its own"
+    for method in ("fork", "forkserver", "spawn"):
+        assert all(s["governor"] for s in seen[f"pool {method}"]), (method, seen)
+        # a fresh interpreter held only when its own working set is past the level
+        for batch in seen[f"loader {method}"]:
+            assert all(row[0] for row in batch), (method, seen)
+    assert all(s["held"] == short for s in seen["pool fork"])  # inherited with the heap
+
+
+# A parent held and trimming every few milliseconds forks 40 children that each allocate,
+# free and exit: none inherits a lock taken or a thread state that breaks it.
+FORKS = """
+import os, time
+import torch
+from tfboot.executor import governor
+while not governor.current().holds:
+    time.sleep(0.01)
+codes = []
+for _ in range(40):
+    pid = os.fork()
+    if pid == 0:
+        import numpy
+        for _ in range(20):
+            numpy.ones(1 << 20).sum()
+        os._exit(0)
+    codes.append(os.waitpid(pid, 0)[1])
+print(sum(1 for c in codes if c == 0), governor.current().trims)
+"""
+
+
+@pytest.mark.slow
+def test_forks_beside_a_trimming_governor_never_hang() -> None:
+    result = run_python(FORKS, {"HOST_MEMORY_LIMIT_MB": "64", "TFBOOT_LOG": "quiet"}, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    done, trims = (int(w) for w in result.stdout.split()[-2:])
+    assert done == 40 and trims >= 1

@@ -56,7 +56,10 @@ def test_a_bad_file_is_an_error_and_a_documented_fallback(case: str, words: str)
 
 NO_QUOTA = CpuBudget(affinity=64, quota=None, quota_source="")
 QUOTA_2 = CpuBudget(affinity=64, quota=2.0, quota_source="/sys/fs/cgroup/cpu.max")
-LIMIT_4G = MemoryBudget(4096, "/sys/fs/cgroup/memory.max")
+# A 4 GiB container whose working set is 500 MiB when TensorFlow is imported: tf.data's RAM
+# budget is half the room under 70% of the limit, (2867 - 500) // 2.
+LIMIT_4G = MemoryBudget(4096, "/sys/fs/cgroup/memory.max", working_mib=500)
+RAM_4G = 1183
 NO_LIMIT = MemoryBudget(None, "")
 
 
@@ -83,17 +86,23 @@ class TestPlan:
         plan = plan_for({}, MemoryBudget(None, ""), NO_QUOTA)
         assert data_defaults(plan) is None and plan.empty
 
-    def test_auto_takes_a_quarter_and_the_quota(self) -> None:
+    def test_auto_measures_the_room_and_takes_the_quota(self) -> None:
         plan = plan_for({}, LIMIT_4G, QUOTA_2)
         assert data_defaults(plan) == DataDefaults(
-            ram_budget_mib=1024, cpu_budget=2, initial_parallelism=2
+            ram_budget_mib=RAM_4G, cpu_budget=2, initial_parallelism=2, limit_mib=4096,
+            limit_file="/sys/fs/cgroup/memory.max",
+        )  # fmt: skip
+        assert "RAM half the room between the working set (500 MiB now" in decision(
+            plan, "tf.data defaults"
         )
         assert "from /sys/fs/cgroup/memory.max" in decision(plan, "tf.data defaults")
         assert "a pipeline's own options win" in decision(plan, "tf.data defaults")
 
     def test_memory_limit_only(self) -> None:
         plan = plan_for({}, LIMIT_4G, NO_QUOTA)
-        assert data_defaults(plan) == DataDefaults(ram_budget_mib=1024)
+        assert data_defaults(plan) == DataDefaults(
+            ram_budget_mib=RAM_4G, limit_mib=4096, limit_file="/sys/fs/cgroup/memory.max"
+        )
 
     def test_quota_only(self) -> None:
         plan = plan_for({}, MemoryBudget(None, ""), QUOTA_2)
@@ -101,7 +110,10 @@ class TestPlan:
 
     def test_a_number_wins_over_the_cgroup(self) -> None:
         plan = plan_for({"HOST_MEMORY_LIMIT_MB": "2048"}, LIMIT_4G, NO_QUOTA)
-        assert data_defaults(plan) == DataDefaults(ram_budget_mib=512)
+        # (1433 - 500) // 2: the working set is the container's, the limit the number's
+        assert data_defaults(plan) == DataDefaults(
+            ram_budget_mib=466, limit_mib=2048, limit_file="/sys/fs/cgroup/memory.max"
+        )
         assert "HOST_MEMORY_LIMIT_MB=2048 (env)" in decision(plan, "tf.data defaults")
 
     def test_host_keeps_tensorflows_defaults(self) -> None:
@@ -110,11 +122,11 @@ class TestPlan:
 
     def test_cpu_threads_count_is_the_cpu_budget(self) -> None:
         plan = plan_for({"CPU_THREADS": "3"}, LIMIT_4G, QUOTA_2)
-        assert data_defaults(plan) == DataDefaults(1024, 3, 3)
+        assert data_defaults(plan) == DataDefaults(RAM_4G, 3, 3, 4096, LIMIT_4G.source)
 
     def test_many_cpus_keep_tensorflows_initial_parallelism(self) -> None:
         cpu = CpuBudget(affinity=64, quota=32.0, quota_source="cpu.max")
-        assert data_defaults(plan_for({}, LIMIT_4G, cpu)) == DataDefaults(1024, 32, None)
+        assert data_defaults(plan_for({}, LIMIT_4G, cpu)) == DataDefaults(RAM_4G, 32, None, 4096, LIMIT_4G.source)
 
     def test_pinned_memory_follows_the_limit(self) -> None:
         """Set without a device list: TensorFlow reads it only for a GPU's host allocator."""

@@ -98,7 +98,8 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
         unset = {"value": None, "source": "default"}
         table.update({name: cluster["given"].get(name, unset) for name in NAMES})
     budget = cpu_budget(env)
-    memory = memory_budget(env) if settings.host_memory == "auto" else MemoryBudget(None, "")
+    memory = (memory_budget(env, working=True) if settings.host_memory == "auto"
+              else MemoryBudget(None, ""))  # fmt: skip
     from .budget.malloc import release
     from .node.allocator import read_allocator
     from .node.headroom import NAMES
@@ -107,7 +108,7 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
 
     version = installed("tensorflow", TENSORFLOW)  # what the installed TensorFlow can take
     found = for_tensorflow(host_memory(settings, budget, memory), version)
-    malloc = release(settings, found, read_allocator(env))
+    malloc = release(settings, found, read_allocator(env), memory.source)
     present = [m for m in NAMES if installed(m, TENSORFLOW if m == "tensorflow" else ())]
     headroom = {NAMES[m]: framework_headroom(m, env, settings) for m in present}
     return {

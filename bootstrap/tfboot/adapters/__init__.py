@@ -222,5 +222,5 @@ def release_memory(plan: Plan, budget: Budget) -> None:
         return
     plan.decisions.append(found.why)
     plan.malloc = found.why
-    if found.options:
-        plan.calls.append(Patch("malloc", (found.options,), found.why))
+    if found.watch is not None:
+        plan.calls.append(Patch("memory governor", (found.watch,), found.why))

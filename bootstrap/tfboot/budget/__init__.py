@@ -69,7 +69,8 @@ class Budget:
 
     def release(self) -> Release | None:
         """The allocator setting that returns freed memory under the host-memory limit."""
-        return release(self.settings, self.host(), read_allocator(self.env))
+        source = self.memory.source if self.memory.limit_mib is not None else ""
+        return release(self.settings, self.host(), read_allocator(self.env), source)
 
     def gpus(self, count: int, lists: str) -> Gpus:
         """The visible GPUs of ``count`` listed, and their caps (``lists``: who lists them)."""
@@ -110,5 +111,5 @@ def make_budget(
 ) -> Budget:
     """The budget; ``cpu`` and ``memory`` are read from the node unless given."""
     if memory is None:
-        memory = memory_budget(env) if settings.host_memory != "host" else NO_LIMIT
+        memory = memory_budget(env, working=True) if settings.host_memory != "host" else NO_LIMIT
     return Budget(settings, env, cpu_budget(env) if cpu is None else cpu, memory, role)

@@ -1,12 +1,24 @@
 """The host-memory budget behind ``HOST_MEMORY_LIMIT_MB``: the limit in force, tf.data's
-autotune defaults and the pinned host memory, each with its reason."""
+autotune defaults and the pinned host memory, each with its reason.
+
+tf.data's RAM budget is measured, not a fixed share: the room between the working set and
+``LIVE_AT`` of the limit, divided by ``TRANSIENT``. The autotuner bounds only the bytes its
+buffers hold; the elements being made and the batches being assembled come on top, and
+were measured at about as much again (``TRANSIENT``: 24 MiB elements under a 175 MiB
+budget added 373 MiB to the working set, docs/host-memory.md). So buffers and transients
+together reach about ``LIVE_AT`` of the limit, below the governor's levels
+(``budget.malloc``). The working set is read when the framework is imported, and again as
+each pipeline starts (``executor.tfdata``), so a pipeline made after the model was built,
+or beside another pipeline, gets the room left then. Never less than ``FLOOR_SHARE`` of the
+limit: a pipeline always runs.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from ..node.cpu import CpuBudget
-from ..node.hostmem import PINNED_SHARE, RAM_SHARE, MemoryBudget
+from ..node.hostmem import PINNED_SHARE, MemoryBudget
 from ..node.versions import shown
 from ..settings import Settings
 
@@ -14,6 +26,15 @@ TF_INITIAL_PARALLELISM = 16  # tf.data's initial parallelism per autotuned trans
 # tf.data's AutotuneOptions.initial_parallelism exists from TensorFlow 2.17
 # (tensorflow/python/data/ops/options.py); before, there is no such option to set.
 INITIAL_PARALLELISM_FROM = (2, 17)
+LIVE_AT = 0.70  # of the limit: what tf.data's buffers and transients may fill up to
+TRANSIENT = 2  # the working set a pipeline adds, against the bytes its buffers hold
+FLOOR_SHARE = 32  # the least RAM budget: a 32nd of the limit
+
+
+def ram_budget(limit_mib: int, working_mib: int | None) -> int:
+    """tf.data's RAM budget in MiB under ``limit_mib`` with ``working_mib`` in use now."""
+    room = int(limit_mib * LIVE_AT) - (working_mib or 0)
+    return max(1, limit_mib // FLOOR_SHARE, room // TRANSIENT)
 
 
 @dataclass(frozen=True)
@@ -23,15 +44,21 @@ class DataDefaults:
     None where tfboot leaves TensorFlow's default.
     """
 
-    ram_budget_mib: int | None = None
+    ram_budget_mib: int | None = None  # as measured when the plan was made
     cpu_budget: int | None = None
     initial_parallelism: int | None = None
+    limit_mib: int | None = None  # the limit each pipeline's RAM budget is measured against
+    limit_file: str = ""  # the cgroup limit file whose working set is read ("": the process's)
 
     def describe(self) -> str:
         parts = [
             f"{label} {value}{unit}"
             for label, value, unit in (
-                ("RAM budget", self.ram_budget_mib, " MiB"),
+                (
+                    "RAM budget",
+                    self.ram_budget_mib,
+                    " MiB" + (" now, measured per pipeline" if self.limit_mib else ""),
+                ),
                 ("CPU budget", self.cpu_budget, ""),
                 ("initial parallelism", self.initial_parallelism, ""),
             )
@@ -70,20 +97,24 @@ def host_memory(settings: Settings, cpu: CpuBudget, memory: MemoryBudget) -> Hos
         found = f"{limit} MiB from {memory.source}" if limit else "no container memory limit"
         origin = f"HOST_MEMORY_LIMIT_MB=auto: {found}"
     cpus = _data_cpus(settings, cpu)
-    ram = max(1, limit // RAM_SHARE) if limit is not None else None
+    ram = ram_budget(limit, memory.working_mib) if limit is not None else None
     initial = cpus if cpus is not None and cpus < TF_INITIAL_PARALLELISM else None
     if ram is None and cpus is None:
         return HostMemory(None, "no memory limit or CPU quota found", None)
     reasons = []
     if ram is not None:
-        reasons.append(f"RAM {share_of(limit, RAM_SHARE, origin)}")
+        working = "unread" if memory.working_mib is None else f"{memory.working_mib} MiB now"
+        reasons.append(f"RAM half the room between the working set ({working}, read again as "
+                       f"each pipeline starts) and {LIVE_AT:.0%} of {origin}, at least a "
+                       f"{FLOOR_SHARE}nd of it")  # fmt: skip
     if cpus is not None:
         reasons.append(
             f"CPUs {settings.shown('CPU_THREADS')}"
             if isinstance(settings.cpu_threads, int)
             else f"CPUs the quota's, {cpu.quota:g} from {cpu.quota_source}, rounded up"
         )
-    return HostMemory(limit, origin, DataDefaults(ram, cpus, initial), tuple(reasons), warnings)
+    defaults = DataDefaults(ram, cpus, initial, limit, memory.source if memory.limit_mib else "")
+    return HostMemory(limit, origin, defaults, tuple(reasons), warnings)
 
 
 def for_tensorflow(found: HostMemory, version: tuple[int, ...] | None) -> HostMemory:

@@ -1,11 +1,23 @@
-"""Freed host memory back to the kernel, wherever tfboot sets a host-memory budget.
+"""Freed host memory back to the kernel when memory is short, wherever tfboot sets a
+host-memory budget.
 
 A budget that bounds what a framework keeps (tf.data's RAM budget, a model's tensors)
 bounds nothing the kernel sees while glibc's ``malloc`` keeps what the framework frees
-(``node.allocator``). Under a host-memory limit, tfboot fixes glibc's mmap threshold at
-``MMAP_THRESHOLD``: every block that large is mmapped, so freeing it unmaps it, and the
-threshold no longer rises (which also keeps the trim threshold at glibc's 128 KiB). The
-user's own allocator settings, another allocator and another libc are left alone, each
+(``node.allocator``). Fixing glibc's mmap threshold returns it, but at a price paid on every
+large block for the whole run (a fresh mapping, page-faulted and zeroed by the kernel):
+1.3 to 2.5 times the CPU of ordinary NumPy, PyTorch and Keras work. So nothing is set while
+memory is plentiful. A watcher (``executor.governor``) reads the working set against the
+limit, paced by the distance to it, and acts only when it is short, as Go's scavenger does
+against ``GOMEMLIMIT``:
+
+- from ``TRIM_AT`` of the limit, ``malloc_trim(0)`` gives the free pages of every arena
+  back, paced so that a process that lives there does not pay it on every block;
+- from ``HOLD_AT``, glibc's mmap threshold is fixed at ``MMAP_THRESHOLD`` as well (freed
+  large blocks unmapped at once), and trims follow the working set closely; once the
+  working set has stayed under ``TRIM_AT`` for ``CALM_S``, the threshold goes back to where
+  glibc's own adjustment would have left it.
+
+The user's own allocator settings, another allocator and another libc are left alone, each
 said; ``HOST_MEMORY_RELEASE=false`` turns it off. Pure: the allocator facts are given.
 """
 
@@ -14,43 +26,72 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..node.allocator import Allocator
+from ..node.workingset import cgroup_version
 from ..settings import Settings
 from .hostmemory import HostMemory
 
+M_TRIM_THRESHOLD = -1  # malloc.h
 M_MMAP_THRESHOLD = -3  # malloc.h
-MMAP_THRESHOLD = 1 << 20  # 1 MiB: docs/host-memory.md measures it against glibc's default
+MMAP_THRESHOLD = 1 << 20  # 1 MiB while held: docs/host-memory.md measures it
+# Where glibc's dynamic adjustment ends on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX), and the trim
+# threshold it sets with it (twice the mmap threshold): the values restored after a hold.
+LOOSE_MMAP = 32 << 20
+LOOSE_TRIM = 64 << 20
+TRIM_AT = 0.70  # of the limit: free pages trimmed from here
+HOLD_AT = 0.78  # of the limit: the mmap threshold fixed from here
+CALM_S = 30.0  # seconds under TRIM_AT before a hold is let go
 OFF = "HOST_MEMORY_RELEASE=false"
 
 
 @dataclass(frozen=True)
-class Release:
-    """What ``mallopt`` gets (``options``: (parameter, value, name)), and the line saying why;
-    no options: the allocator is left alone, for the reason the line gives."""
+class Watch:
+    """What the governor watches and where it acts: the limit and the working set's levels
+    in bytes, and the limit file of the cgroup to read ("": this process's resident set,
+    where no cgroup holds the limit)."""
 
-    options: tuple[tuple[int, int, str], ...]
+    limit: int
+    trim_at: int
+    hold_at: int
+    limit_file: str
+
+
+@dataclass(frozen=True)
+class Release:
+    """What the governor watches (None: the allocator is left alone, for the reason the
+    line gives), and the line saying why."""
+
+    watch: Watch | None
     why: str
 
 
-def release(settings: Settings, host: HostMemory, allocator: Allocator) -> Release | None:
-    """The allocator setting under ``host``'s limit; None where there is no limit."""
+def release(settings: Settings, host: HostMemory, allocator: Allocator,
+            limit_file: str = "") -> Release | None:  # fmt: skip
+    """The governor under ``host``'s limit; None where there is no limit. ``limit_file``: the
+    container's memory limit file, whose cgroup's working set is watched ("": none)."""
     if host.limit_mib is None:
         return None
     if not settings.host_memory_release:
         shown = settings.shown("HOST_MEMORY_RELEASE")
-        return Release((), f"malloc left alone ({shown})")
+        return Release(None, f"malloc left alone ({shown})")
     if allocator.chosen:
-        return Release((), f"malloc left to the user's {', '.join(allocator.chosen)}")
+        return Release(None, f"malloc left to the user's {', '.join(allocator.chosen)}")
     if allocator.other:
-        return Release((), f"malloc left to {allocator.other}, which has its own settings")
+        return Release(None, f"malloc left to {allocator.other}, which has its own settings")
     if allocator.glibc is None:
         return Release(
-            (),
+            None,
             "malloc left alone: this libc is not glibc (musl's malloc unmaps large blocks "
             "itself, and has no mallopt)",
         )
+    limit = host.limit_mib << 20
+    version = cgroup_version(limit_file)
+    watch = Watch(limit, int(limit * TRIM_AT), int(limit * HOLD_AT), limit_file if version else "")
+    read = "the cgroup's working set" if version else "this process's resident set"
     return Release(
-        ((M_MMAP_THRESHOLD, MMAP_THRESHOLD, "M_MMAP_THRESHOLD"),),
-        f"freed host memory returned to the kernel: glibc {allocator.glibc} mallopt "
-        f"M_MMAP_THRESHOLD={MMAP_THRESHOLD >> 20} MiB, so freed blocks of 1 MiB and more are "
-        f"unmapped, not kept (under {host.origin}; {OFF} leaves malloc alone)",
+        watch,
+        f"freed host memory returned to the kernel when it is short: {read} watched against "
+        f"{host.limit_mib} MiB ({host.origin}); from {TRIM_AT:.0%} glibc {allocator.glibc} "
+        f"malloc_trim gives free pages back, from {HOLD_AT:.0%} blocks of "
+        f"{MMAP_THRESHOLD >> 20} MiB and more are unmapped when freed; below {TRIM_AT:.0%} "
+        f"malloc is as glibc has it, at no cost ({OFF} leaves malloc alone)",
     )

@@ -16,7 +16,7 @@ from ..adapters.tensorflow import INTER_ENV, INTRA_ENV
 from ..budget.hostmemory import DataDefaults
 from ..errors import ConfigError
 from ..executor import apply, last_result
-from ..executor.patches import mallopt_done
+from ..executor.governor import acted, current
 from ..executor.result import Result
 from ..node.cpu import cpu_budget
 from ..node.hostmem import PINNED_ENV, memory_budget
@@ -43,6 +43,12 @@ def _threads(tf: Any, getter: str, variable: str, schedulable: int) -> dict[str,
     if explicit.isdigit() and int(explicit) > 0:
         return {"threads": int(explicit), "source": variable}
     return {"threads": schedulable, "source": "TensorFlow default (schedulable CPUs)"}
+
+
+def _governed() -> dict[str, Any] | None:
+    """What this process's host-memory governor did so far (None: none runs)."""
+    found = current()
+    return None if found is None else found.stats()
 
 
 def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -> dict[str, Any]:
@@ -117,7 +123,7 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
         "tf_data": vars(host.data) if host and host.data else None,
         "pinned_mib": os.environ.get(PINNED_ENV),
         "malloc": (plan.malloc or None) if plan else None,
-        "mallopt": list(mallopt_done),
+        "governor": _governed(),
         "problem": memory.problem or None,
     }
     gpus = len(physical["GPU"])
@@ -193,8 +199,9 @@ def render(report: dict[str, Any]) -> str:
     if host["pinned_mib"]:
         lines.append(f"  pinned host memory: {host['pinned_mib']} MiB ({PINNED_ENV})")
     if host.get("malloc"):
-        done = ", ".join(host.get("mallopt") or []) or "nothing set"
-        lines.append(f"  allocator: {host['malloc']} [in this process: {done}]")
+        lines.append(f"  allocator: {host['malloc']}")
+        if host.get("governor"):
+            lines.append(f"  in this process so far: {acted(host['governor'])}")
     if host["problem"]:
         lines.append(f"  {host['problem']}")
     nccl = report["nccl"]

@@ -19,6 +19,7 @@ from typing import Any
 from ..adapters.jax import BRIDGE
 from ..budget.gpus import cap_over_gpu
 from ..budget.hostmemory import DataDefaults
+from ..budget.malloc import Watch
 from ..errors import ConfigError, Problem
 from .environ import setenv
 
@@ -83,23 +84,11 @@ def torch_caps(torch: ModuleType, caps: dict[int, int], given: str) -> str | Non
     return f"torch.cuda.set_per_process_memory_fraction when CUDA starts: {caps} MiB"
 
 
-mallopt_done: list[str] = []  # what mallopt set in this process (a forked child inherits it)
+def memory_governor(_module: ModuleType, watch: Watch) -> str | None:
+    """This process's host-memory governor (``executor.governor``), once per process."""
+    from .governor import start
 
-
-def malloc(_module: ModuleType, options: tuple[tuple[int, int, str], ...]) -> str | None:
-    """glibc's ``mallopt`` for each option, once per process (the first framework's)."""
-    if mallopt_done:
-        return None
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return "mallopt not found: malloc left alone"
-    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    done = [f"{name}={value}" for parameter, value, name in options if mallopt(parameter, value)]
-    mallopt_done.extend(done or ["refused"])
-    return f"mallopt {', '.join(done)}" if done else "mallopt refused every option"
+    return start(watch)
 
 
 def peer_watcher(
@@ -188,6 +177,6 @@ PATCHES: dict[str, Callable[..., str | None]] = {
     "tf.data defaults": tf_data_defaults,
     "jax cpu pool": jax_cpu_pool,
     "torch caps": torch_caps,
-    "malloc": malloc,
+    "memory governor": memory_governor,
     "peer watcher": peer_watcher,
 }

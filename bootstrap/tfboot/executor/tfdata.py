@@ -1,5 +1,8 @@
 """tf.data defaults for every pipeline of the process: autotune's RAM and CPU budgets.
 
+The RAM budget is measured as each pipeline starts: the room the working set leaves under
+the limit then (``budget.hostmemory.ram_budget``), one reading of the cgroup's files.
+
 How they are injected. TensorFlow hands every dataset it is about to run through one
 method, ``DatasetV2._apply_debug_options``: eager and graph iterators (``iter``, a ``for``
 loop, Keras ``fit``/``evaluate``/``predict``), ``Dataset.reduce`` (what a ``for`` loop
@@ -37,16 +40,21 @@ from types import ModuleType
 from typing import Any
 
 from ..adapters.tensorflow import DATA_HOOK as HOOK
-from ..budget.hostmemory import DataDefaults
+from ..budget.hostmemory import DataDefaults, ram_budget
+from ..node.workingset import reader
 
 MIB = 1 << 20
 MAX_INPUTS = 10_000  # a pipeline's datasets walked to find its source
 
 
-def _fields(defaults: DataDefaults) -> dict[str, int]:
-    """The ``tf.data.Options().autotune`` fields tfboot sets, and their values."""
+def _fields(defaults: DataDefaults, working: int | None) -> dict[str, int]:
+    """The ``tf.data.Options().autotune`` fields tfboot sets, and their values, with
+    ``working`` bytes in use now (None: the RAM budget as planned)."""
+    ram = defaults.ram_budget_mib
+    if defaults.limit_mib is not None and working is not None:
+        ram = ram_budget(defaults.limit_mib, working // MIB)
     fields = {
-        "ram_budget": None if defaults.ram_budget_mib is None else defaults.ram_budget_mib * MIB,
+        "ram_budget": None if ram is None else ram * MIB,
         "cpu_budget": defaults.cpu_budget,
         "initial_parallelism": defaults.initial_parallelism,
     }
@@ -119,13 +127,14 @@ def install(tf: ModuleType, defaults: DataDefaults) -> bool:
     owner = _dataset_class(tf)
     if owner is None:
         return False
-    ours = _fields(defaults)
+    working = reader("/", defaults.limit_file) if defaults.limit_mib is not None else None
     module = sys.modules.get(owner.__module__)
     variant = getattr(module, "_VariantDataset", None)
     spec = getattr(module, "DatasetSpec", None)
 
     def filled(dataset: Any) -> Any:
         own = _own_options(tf, dataset, variant)
+        ours = _fields(defaults, None if working is None else working.read())
         filling = None if own is None else _filling(tf, own, ours)
         return dataset if filling is None else dataset.with_options(filling)
 

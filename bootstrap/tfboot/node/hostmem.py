@@ -2,10 +2,10 @@
 
 The Pod's third budget. TensorFlow sizes its host-side appetite from the host, not the
 container: tf.data's autotuner takes half of the host's free memory as its RAM budget,
-and the GPU's pinned host memory may grow to tens of GiB. tfboot gives both a share of the
-container's limit instead (see ``plan``): ``RAM_SHARE`` of it for tf.data's buffers and
-``PINNED_SHARE`` for pinned memory, leaving the rest to the model, TensorFlow's runtime
-(about 500 MiB after ``import tensorflow``) and the process.
+and the GPU's pinned host memory may grow to tens of GiB. tfboot sizes both from the
+container's limit instead (``budget.hostmemory``): tf.data's buffers from the room between
+the working set, read here and again as each pipeline starts, and the limit;
+``PINNED_SHARE`` of the limit for pinned memory.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from .cgroup import CgroupError, host_memory, memory_limit
 from .cpu import cgroup_root
+from .workingset import working_set_now
 
 MIB = 1 << 20
-RAM_SHARE = 4  # tf.data's autotune RAM budget: a quarter of the limit
 PINNED_SHARE = 4  # TF_GPU_HOST_MEM_LIMIT_IN_MB: a quarter of the limit
 PINNED_ENV = "TF_GPU_HOST_MEM_LIMIT_IN_MB"
 
@@ -30,10 +30,12 @@ class MemoryBudget:
     source: str
     problem: str = ""
     host_mib: int | None = None  # the host's memory (MemTotal), when read
+    working_mib: int | None = None  # the working set when read (None: not read)
 
 
-def memory_budget(env: Mapping[str, str] | None = None) -> MemoryBudget:
-    """Read the limit; a malformed cgroup file is reported, not raised."""
+def memory_budget(env: Mapping[str, str] | None = None, working: bool = False) -> MemoryBudget:
+    """Read the limit (and the working set now, with ``working``); a malformed cgroup file
+    is reported, not raised."""
     root = cgroup_root(env)
     total = host_memory(root)
     host = None if total is None else total // MIB
@@ -41,6 +43,9 @@ def memory_budget(env: Mapping[str, str] | None = None) -> MemoryBudget:
         limit = memory_limit(root)
     except CgroupError as exc:
         return MemoryBudget(None, "", f"could not read the memory limit: {exc}", host)
-    if limit is None:
-        return MemoryBudget(None, "", host_mib=host)
-    return MemoryBudget(max(1, limit.bytes // MIB), limit.source, host_mib=host)
+    source = limit.source if limit is not None else ""
+    now = working_set_now(root, source) if working else None
+    return MemoryBudget(
+        None if limit is None else max(1, limit.bytes // MIB), source, host_mib=host,
+        working_mib=None if now is None else now // MIB,
+    )  # fmt: skip

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..budget import Budget
 from ..executor import peaks
+from ..executor.governor import current as governor
 from ..node import counters
 from ..node.cpu import cpu_budget
 from ..node.cuda import cuda_devices
@@ -247,6 +248,9 @@ class Meter:
             "max_events": events.get("max"),
             "events_source": events_source or None,
         })  # fmt: skip
+        running = governor()
+        if running is not None:
+            found["release"] = running.stats()
         return found
 
     def _cpu(self) -> dict[str, Any]:

@@ -46,6 +46,10 @@ def _memory(memory: dict[str, Any]) -> str:
     counts = [f"{memory[k]} {label}" for k, label in
               (("oom_kills", "OOM kills"), ("high_events", "memory.high events"))
               if memory.get(k) is not None]  # fmt: skip
+    release = memory.get("release")
+    if isinstance(release, dict) and isinstance(release.get("trims"), int) and release["trims"]:
+        counts.append(f"{release['trims']} malloc trim(s) gave back "
+                      f"{_number(release.get('given_back_mib'))} MiB")  # fmt: skip
     return text + (", " + ", ".join(counts) if counts else "")
 
 
