@@ -37,8 +37,8 @@ MMAP_THRESHOLD = 1 << 20  # 1 MiB while held: docs/host-memory.md measures it
 # threshold it sets with it (twice the mmap threshold): the values restored after a hold.
 LOOSE_MMAP = 32 << 20
 LOOSE_TRIM = 64 << 20
-TRIM_AT = 0.70  # of the limit: free pages trimmed from here
-HOLD_AT = 0.78  # of the limit: the mmap threshold fixed from here
+TRIM_AT = 0.65  # of the limit: free pages trimmed from here
+HOLD_AT = 0.75  # of the limit: the mmap threshold fixed from here
 CALM_S = 30.0  # seconds under TRIM_AT before a hold is let go
 OFF = "HOST_MEMORY_RELEASE=false"
 

@@ -1,0 +1,230 @@
+"""What the host-memory budget costs where memory is not short: tfboot on against tfboot off.
+
+Every container with a memory limit gets tfboot's host-memory budget (``HOST_MEMORY_LIMIT_MB=auto``
+is the default). Where the working set stays well below the limit, the budget must cost
+nothing: the same work, the same speed, the same page faults as with tfboot off. Each case
+runs in a fresh container under ``docker run --memory=M --memory-swap=M --cpus=C``, tfboot on
+(nothing set) and off (``TFBOOT_DISABLE=1``) alternating, ``--runs`` containers a side; in
+each, ``--warmup`` untimed steps, then ``--steps`` timed ones. Reported per case: steps/s
+(all timed steps over their wall time), the minor page faults of the timed steps
+(``getrusage`` ``ru_minflt``: exact, unlike a timing on a shared machine), the CPU seconds
+per step, and the ratios on/off.
+
+The cases:
+
+- ``numpy N MiB``: NumPy temporaries of N MiB after ``import torch`` (three arrays a step);
+- ``torch MLP``: a PyTorch CPU training step (batch 4096, 256-1024-1024-10, Adam);
+- ``keras/tensorflow``, ``keras/jax``: Keras 3 ``fit`` from NumPy arrays (8192 rows, the same
+  model shape), one epoch a step, on each backend;
+- ``jax MLP``: a jitted JAX gradient step on the same shapes;
+- ``tensorflow eager``: eager ops on 16 MiB tensors (a matmul, elementwise ops, a copy to NumPy).
+
+The frameworks come from ``--frameworks``: a ``site-packages`` directory on this machine,
+mounted read-only into the container and put first on ``PYTHONPATH`` (default: the test
+environment's, ``.venv``, which holds TensorFlow, Keras, JAX and PyTorch for the image's
+CPython). Usage::
+
+    python bench/held_for_free.py                     # builds the test image if needed
+    python bench/held_for_free.py --runs 5 --memory 4g --only "numpy 8 MiB" "torch MLP"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+
+from cpu_quota import default_image  # noqa: E402
+
+# Runs inside the container: CASE STEPS WARMUP; prints one JSON line.
+WORKLOAD = """
+import json, os, resource, sys, time
+case, steps, warmup = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+SHAPES = ((256, 1024), (1024, 1024), (1024, 10))
+
+def numpy_case(mib):
+    import torch  # noqa: F401  (tfboot configures PyTorch; the work is NumPy's)
+    import numpy as np
+    n = mib * 2**20 // 8
+    def step():
+        a = np.ones(n)
+        b = a * 2.0
+        c = b + a
+        return float(c[0])
+    return step
+
+def torch_case():
+    import torch
+    torch.manual_seed(0)
+    layers = []
+    for a, b in SHAPES:
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers[:-1])
+    opt = torch.optim.Adam(model.parameters())
+    x, y = torch.randn(4096, 256), torch.randint(0, 10, (4096,))
+    def step():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step
+
+def keras_case(backend):
+    os.environ["KERAS_BACKEND"] = backend
+    import keras
+    import numpy as np
+    rng = np.random.default_rng(0)
+    x = rng.random((8192, 256), dtype="float32")
+    y = rng.integers(0, 10, 8192)
+    model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(1024, activation="relu"),
+                              keras.layers.Dense(1024, activation="relu"), keras.layers.Dense(10)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    def step():
+        model.fit(x, y, batch_size=1024, epochs=1, verbose=0)
+        return 0.0
+    return step
+
+def jax_case():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    rng = np.random.default_rng(0)
+    params = [jnp.asarray(rng.random(s, dtype="float32") * 0.01) for s in SHAPES]
+    x = jnp.asarray(rng.random((4096, 256), dtype="float32"))
+    def loss(params, x):
+        h = x
+        for w in params[:-1]:
+            h = jax.nn.relu(h @ w)
+        return jnp.mean((h @ params[-1]) ** 2)
+    grad = jax.jit(jax.grad(loss))
+    state = [params]
+    def step():
+        state[0] = [w - 0.01 * g for w, g in zip(state[0], grad(state[0], x))]
+        return float(state[0][0][0, 0])
+    return step
+
+def tensorflow_case():
+    import tensorflow as tf
+    x = tf.random.uniform([2048, 2048])
+    def step():
+        y = tf.matmul(x, x)
+        z = tf.nn.relu(y * 0.5 - 1.0) + x
+        return float(z.numpy()[0, 0])
+    return step
+
+MAKERS = {"numpy": numpy_case, "torch": torch_case, "keras": keras_case, "jax": jax_case,
+          "tensorflow": tensorflow_case}
+name, _, arg = case.partition(":")
+step = MAKERS[name](int(arg)) if arg.isdigit() else MAKERS[name](*([arg] if arg else []))
+for _ in range(warmup):
+    step()
+before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+for _ in range(steps):
+    step()
+wall, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"wall": wall, "faults": after.ru_minflt - before.ru_minflt,
+                  "cpu": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime}))
+"""
+
+# name -> (the workload's case, timed steps)
+CASES = {
+    "numpy 1 MiB": ("numpy:1", 400),
+    "numpy 8 MiB": ("numpy:8", 150),
+    "numpy 64 MiB": ("numpy:64", 30),
+    "torch MLP": ("torch", 30),
+    "keras/tensorflow": ("keras:tensorflow", 5),
+    "keras/jax": ("keras:jax", 5),
+    "jax MLP": ("jax", 30),
+    "tensorflow eager": ("tensorflow", 40),
+}
+SIDES = {"tfboot on": {}, "tfboot off": {"TFBOOT_DISABLE": "1"}}
+
+
+@dataclass
+class Side:
+    """Every run of one case on one side."""
+
+    walls: list[float] = field(default_factory=list)
+    faults: list[int] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)
+    failed: int = 0
+
+    def rate(self, steps: int) -> float:
+        return steps * len(self.walls) / sum(self.walls) if self.walls else 0.0
+
+
+def run_once(image: str, case: str, steps: int, env: dict[str, str],
+             args: argparse.Namespace) -> dict | None:  # fmt: skip
+    cmd = ["docker", "run", "--rm", f"--memory={args.memory}", f"--memory-swap={args.memory}",
+           f"--cpus={args.cpus:g}", "-e", "TF_CPP_MIN_LOG_LEVEL=2", "-e", "TFBOOT_LOG=quiet",
+           "-e", "PYTHONPATH=/frameworks", "-v", f"{args.frameworks}:/frameworks:ro"]  # fmt: skip
+    for key, value in env.items():
+        cmd += ["-e", f"{key}={value}"]
+    cmd += [image, "python3", "-c", WORKLOAD, case, str(steps), str(args.warmup)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if proc.returncode != 0:
+        print(f"  {case}: exit {proc.returncode}\n{proc.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--image", help="tfboot image to run (default: build the test image)")
+    parser.add_argument("--memory", default="4g", help="docker run --memory (swap off)")
+    parser.add_argument("--cpus", type=float, default=2.0)
+    parser.add_argument("--runs", type=int, default=5, help="containers per case and side")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--timeout", type=int, default=600)
+    parser.add_argument("--frameworks", type=Path, help="site-packages with the frameworks")
+    parser.add_argument("--only", nargs="*", help="run only these cases")
+    args = parser.parse_args()
+    if args.frameworks is None:
+        venv = REPO / ".venv"
+        purelib = sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)})
+        args.frameworks = Path(purelib)
+    image = args.image or default_image()
+    planned = {k: v for k, v in CASES.items() if not args.only or k in args.only}
+    found = {(case, side): Side() for case in planned for side in SIDES}
+    for run in range(args.runs):
+        for case, (workload, steps) in planned.items():
+            order = list(SIDES) if run % 2 == 0 else list(reversed(SIDES))
+            for side in order:
+                result = run_once(image, workload, steps, SIDES[side], args)
+                cell = found[(case, side)]
+                if result is None:
+                    cell.failed += 1
+                    continue
+                cell.walls.append(result["wall"])
+                cell.faults.append(result["faults"])
+                cell.cpus.append(result["cpu"] / steps)
+            print(f"  run {run + 1}: {case}", file=sys.stderr)
+    print(f"image {image}; --memory={args.memory} (no swap) --cpus={args.cpus:g}; {args.runs} "
+          f"containers per case and side, alternating; tfboot off: TFBOOT_DISABLE=1")  # fmt: skip
+    print("| case | steps/s on | steps/s off | on/off | minor faults on | off | on/off "
+          "| CPU ms/step on | off |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for case, (_, steps) in planned.items():
+        on, off = found[(case, "tfboot on")], found[(case, "tfboot off")]
+        if not on.walls or not off.walls:
+            print(f"| {case} | failed {on.failed} | failed {off.failed} | | | | | | |")
+            continue
+        faults_on, faults_off = max(on.faults), max(off.faults)
+        print(
+            f"| {case} | {on.rate(steps):.2f} | {off.rate(steps):.2f} "
+            f"| {on.rate(steps) / off.rate(steps):.3f} | {faults_on} | {faults_off} "
+            f"| {faults_on / max(1, faults_off):.2f} | {1e3 * sum(on.cpus) / len(on.cpus):.1f} "
+            f"| {1e3 * sum(off.cpus) / len(off.cpus):.1f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
