@@ -209,8 +209,10 @@ def main() -> None:
             print(f"  run {run + 1}: {case}", file=sys.stderr)
     print(f"image {image}; --memory={args.memory} (no swap) --cpus={args.cpus:g}; {args.runs} "
           f"containers per case and side, alternating; tfboot off: TFBOOT_DISABLE=1")  # fmt: skip
-    print("| case | steps/s on | steps/s off | on/off | minor faults on | off | on/off "
-          "| CPU ms/step on | off |")
+    print(
+        "| case | steps/s on | steps/s off | on/off | minor faults on | off | on/off "
+        "| CPU ms/step on | off |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for case, (_, steps) in planned.items():
         on, off = found[(case, "tfboot on")], found[(case, "tfboot off")]

@@ -163,8 +163,13 @@ def cluster_plan(mode: str, env: Mapping[str, str], plan: Any = None) -> Any:
     return plan_cluster(mode, settings.cluster, env, cpu_split=plan and plan.cpu_logical, **devices)
 
 
+WORKING_MIB = 500  # the working set of cgroup_limits' tree
+
+
 def cgroup_limits(root: Path, memory: str = "4294967296", cpu: str = "200000 100000") -> str:
-    """A fake cgroup v2 tree with ``memory.max`` and ``cpu.max``, for ``TFBOOT_CGROUP_ROOT``."""
+    """A fake cgroup v2 tree with ``memory.max`` and ``cpu.max``, for ``TFBOOT_CGROUP_ROOT``,
+    and a working set of ``WORKING_MIB`` (``memory.current``, ``memory.stat``) that a test
+    may rewrite while its process runs."""
     (root / "proc" / "self").mkdir(parents=True)
     (root / "proc" / "self" / "cgroup").write_text("0::/\n")
     (root / "proc" / "self" / "mountinfo").write_text(
@@ -173,6 +178,8 @@ def cgroup_limits(root: Path, memory: str = "4294967296", cpu: str = "200000 100
     (root / "sys" / "fs" / "cgroup").mkdir(parents=True)
     (root / "sys" / "fs" / "cgroup" / "memory.max").write_text(memory + "\n")
     (root / "sys" / "fs" / "cgroup" / "cpu.max").write_text(cpu + "\n")
+    (root / "sys" / "fs" / "cgroup" / "memory.current").write_text(f"{WORKING_MIB << 20}\n")
+    (root / "sys" / "fs" / "cgroup" / "memory.stat").write_text("anon 0\ninactive_file 0\n")
     return str(root)
 
 

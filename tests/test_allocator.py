@@ -175,7 +175,10 @@ def test_a_freed_block_goes_back_only_when_memory_is_short(
 def test_the_info_line_says_it(tmp_path: Path) -> None:
     result = run_python("import torch", {"HOST_MEMORY_LIMIT_MB": "2048"})
     assert result.returncode == 0, result.stderr
-    assert "freed host memory returned to the kernel when it is short: this process's " in result.stderr
+    assert (
+        "freed host memory returned to the kernel when it is short: this process's "
+        in result.stderr
+    )
     assert "(HOST_MEMORY_LIMIT_MB=2048 (env)); from 65% glibc " in result.stderr
     assert "below 65% malloc is as glibc has it, at no cost" in result.stderr
 

@@ -126,7 +126,9 @@ class TestPlan:
 
     def test_many_cpus_keep_tensorflows_initial_parallelism(self) -> None:
         cpu = CpuBudget(affinity=64, quota=32.0, quota_source="cpu.max")
-        assert data_defaults(plan_for({}, LIMIT_4G, cpu)) == DataDefaults(RAM_4G, 32, None, 4096, LIMIT_4G.source)
+        assert data_defaults(plan_for({}, LIMIT_4G, cpu)) == DataDefaults(
+            RAM_4G, 32, None, 4096, LIMIT_4G.source
+        )
 
     def test_pinned_memory_follows_the_limit(self) -> None:
         """Set without a device list: TensorFlow reads it only for a GPU's host allocator."""

@@ -1,4 +1,5 @@
-"""Host memory in real containers: ``--memory`` and ``--cpus`` become tf.data's defaults.
+"""Host memory in real containers: ``--memory`` and ``--cpus`` become tf.data's defaults,
+free where memory is plentiful and held where it is short.
 
 The limits are the Docker engine's own cgroup (v1 or v2, whichever the host runs), read by
 tfboot inside the container with nothing set. Runs on every Python that has TensorFlow:
@@ -16,7 +17,6 @@ from container_runs import cpus, run_container
 pytestmark = pytest.mark.docker
 
 TFDATA = Path(__file__).resolve().parent.parent / "tfdata"
-GIB = 1 << 30
 
 
 def test_memory_and_cpus_reach_every_consumer(tf_image: str) -> None:
@@ -30,10 +30,15 @@ def test_memory_and_cpus_reach_every_consumer(tf_image: str) -> None:
         **cpus(2),
     ).ok()
     seen = json.loads(outcome.stdout.strip().splitlines()[-1])
+    # The RAM budget is a third of the room the working set leaves under 60% of 4 GiB when
+    # each pipeline starts: TensorFlow's runtime and the probe hold some hundreds of MiB.
+    room = range(((2457 - 1200) // 3) << 20, (2457 // 3 << 20) + 1)
     for name in ("loop", "fit", "predict", "experimental_distribute_dataset", "tf.function"):
-        assert seen[name] and all(o == [GIB, 2, 2] for o in seen[name]), (name, seen)
-    assert seen["own options"] == [[GIB, 7, 2]]
-    assert "tf.data defaults RAM budget 1024 MiB, CPU budget 2" in outcome.stderr
+        assert seen[name], (name, seen)
+        assert all(o[0] in room and o[1:] == [2, 2] for o in seen[name]), (name, seen)
+    assert seen["own options"][0][0] in room and seen["own options"][0][1:] == [7, 2]
+    assert "tf.data defaults RAM budget " in outcome.stderr
+    assert " MiB now, measured per pipeline, CPU budget 2" in outcome.stderr
 
 
 def test_show_names_the_limit_and_its_file(tf_image: str) -> None:
@@ -43,7 +48,7 @@ def test_show_names_the_limit_and_its_file(tf_image: str) -> None:
     memory = json.loads(outcome.stdout)["memory"]
     assert memory["limit_mib"] == 600, memory
     assert memory["limit_source"].endswith(("memory.max", "memory.limit_in_bytes")), memory
-    assert memory["tf_data"]["ram_budget_mib"] == 150
+    assert 0 < memory["tf_data"]["ram_budget_mib"] <= 600 * 0.6 // 3  # the room under 60%
 
 
 NCCL = """
@@ -66,43 +71,65 @@ def test_docker_default_shm_gets_the_nccl_warning(tf_image: str) -> None:
     assert found["shm_mib"] == 1024 and not any("shm" in w for w in found["warnings"])
 
 
-# Freed elements back to the kernel (budget.malloc): a tf.data pipeline of large elements in
-# a container with a real memory limit, as the kernel's cgroup counts it. With glibc's
-# dynamic mmap threshold, the elements tf.data frees stay in the process; with the threshold
-# tfboot fixes, they are unmapped. Both consumer rhythms, two element sizes, two limits.
+# Held for free (budget.malloc, executor.governor). Where the working set stays well below
+# the limit, tfboot costs nothing: NumPy temporaries in a 2 GiB container fault the pages of
+# the same arrays with tfboot on as off (a fixed mmap threshold faulted every array afresh:
+# 256 faults a MiB), and the governor did nothing. Counted, never timed. Several runs a side.
+READS = ("memory.current minus memory.stat's inactive_file",
+         "memory.usage_in_bytes minus memory.stat's total_inactive_file")  # fmt: skip
+FREE = {"8 MiB": ("8", "150"), "24 MiB": ("24", "60")}
+RUNS = 3
+
+
+def temporaries(image: str, mib: str, rounds: str, env: dict[str, str]) -> dict:
+    return run_container(
+        image, ["python3", "/probe/temporaries.py", mib, rounds], env, mounts=[(TFDATA, "/probe")],
+        mem_limit="2g", memswap_limit="2g", timeout=300, **cpus(2),
+    ).ok().json()  # fmt: skip
+
+
+@pytest.mark.parametrize("size", list(FREE))
+def test_plentiful_memory_costs_no_page_faults(tfboot_image: str, size: str) -> None:
+    mib, rounds = FREE[size]
+    on, off = [], []
+    for _ in range(RUNS):  # alternating
+        on.append(temporaries(tfboot_image, mib, rounds, {}))
+        off.append(temporaries(tfboot_image, mib, rounds, {"TFBOOT_DISABLE": "1"}))
+    tax = int(mib) * 256 * 3 * int(rounds)  # what a fresh mapping per array would fault
+    most_on, most_off = max(r["faults"] for r in on), max(r["faults"] for r in off)
+    assert most_on <= 1.2 * most_off + 0.02 * tax, (on, off)
+    for run in on:
+        governor = run["governor"]
+        assert governor is not None and governor["trims"] == 0 and governor["holds"] == 0, run
+        assert governor["working_set_source"].endswith(READS), run
+
+
+# Held where memory is short: a tf.data pipeline of large elements in a container with a
+# real memory limit. tfboot guarantees the working set's peak (the cgroup's usage minus
+# inactive file cache, as kubelet counts it, sampled every 20 ms) at most 85% of the limit,
+# every run; what TensorFlow's defaults do in the same container is bench/host_memory.py's
+# to say (they may be killed, or finish lower on a lucky run: not a fact to assert).
 CASES = {
     "bursty 24 MiB elements, 700 MiB": ("24", "60", "10", "1.5", "700m"),
     "steady 8 MiB elements, 700 MiB": ("8", "150", "0", "0", "700m"),
     "bursty 16 MiB elements, 600 MiB": ("16", "60", "10", "1.5", "600m"),
+    "bursty 12 MiB elements, 500 MiB": ("12", "60", "8", "1", "500m"),
 }
-MARGIN = 0.75  # the working set's peak stays within three quarters of the limit
-
-
-def bursty(image: str, case: str, env: dict[str, str]) -> tuple[int, dict | None, str]:
-    *args, memory = CASES[case]
-    outcome = run_container(
-        image,
-        ["python3", "/probe/bursty.py", *args],
-        env,
-        mounts=[(TFDATA, "/probe")],
-        mem_limit=memory,
-        memswap_limit=memory,
-        timeout=600,
-        **cpus(2),
-    )
-    found = outcome.json() if outcome.exit_code == 0 else None
-    return outcome.exit_code, found, outcome.stderr
+MARGIN = 0.85
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_freed_elements_go_back_to_the_kernel(tfboot_image: str, case: str) -> None:
-    code, found, stderr = bursty(tfboot_image, case, {})
-    assert code == 0 and found is not None, stderr[-3000:]
-    assert found["working_set_mib"] <= MARGIN * found["limit_mib"], found
-    assert "freed host memory returned to the kernel: glibc 2.36 mallopt M_MMAP_THRESHOLD" in stderr
-    # The same budgets with glibc's malloc as it is: killed, or a higher peak.
-    code, kept, _ = bursty(tfboot_image, case, {"HOST_MEMORY_RELEASE": "false"})
-    assert code != 0 or kept is None or kept["working_set_mib"] > found["working_set_mib"], kept
+def test_short_memory_is_held_under_the_margin(tfboot_image: str, case: str) -> None:
+    *args, memory = CASES[case]
+    for _ in range(2):
+        outcome = run_container(
+            tfboot_image, ["python3", "/probe/bursty.py", *args], {}, mounts=[(TFDATA, "/probe")],
+            mem_limit=memory, memswap_limit=memory, timeout=600, **cpus(2),
+        )  # fmt: skip
+        assert outcome.exit_code == 0, f"killed or failed ({case})\n{outcome}"
+        found = outcome.json()
+        assert found["working_set_mib"] <= MARGIN * found["limit_mib"], (case, found)
+        assert "freed host memory returned to the kernel when it is short" in outcome.stderr
 
 
 def test_the_users_allocator_choice_is_left_alone(tfboot_image: str) -> None:

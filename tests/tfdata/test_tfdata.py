@@ -1,8 +1,10 @@
 """tf.data defaults under a container's limits, with real TensorFlow (2.21 and the pinned nightly).
 
-The limits come from a fake cgroup tree (``TFBOOT_CGROUP_ROOT``): 4 GiB of memory and a
-2-CPU quota, so every pipeline must run with a 1 GiB RAM budget, a CPU budget of 2 and an
-initial parallelism of 2, unless it set its own. ``consumers.py`` iterates a dataset
+The limits come from a fake cgroup tree (``TFBOOT_CGROUP_ROOT``): 4 GiB of memory, a
+working set of 500 MiB and a 2-CPU quota, so every pipeline must run with a 652 MiB RAM
+budget (a third of the room under 60% of the limit), a CPU budget of 2 and an initial
+parallelism of 2, unless it set its own; a pipeline started when the working set has grown
+gets the smaller room left then. ``consumers.py`` iterates a dataset
 every way a program does and records the options of the dataset each consumer ran.
 TensorFlow 2.22.0rc0 runs the same script in its container test
 (``tests/docker/test_container_config.py``).
@@ -18,7 +20,8 @@ from support import REPO, cgroup_limits, run_python
 
 CONSUMERS = Path(__file__).with_name("consumers.py")
 NIGHTLY = REPO / ".venv-nightly" / "bin" / "python"
-DEFAULTS = [1 << 30, 2, 2]
+RAM = 652 << 20  # (0.6 * 4096 - 500) // 3 MiB
+DEFAULTS = [RAM, 2, 2]
 CONSUMED = [
     "loop", "fit", "evaluate", "predict", "experimental_distribute_dataset",
     "distribute_datasets_from_function", "tf.function",
@@ -35,7 +38,7 @@ def check_every_consumer(seen: dict) -> None:
     for name in CONSUMED:
         assert seen.get(name), f"{name} ran no dataset through the injection point: {seen}"
         assert all(options == DEFAULTS for options in seen[name]), (name, seen[name])
-    assert seen["own options"] == [[1 << 30, 7, 2]]  # the pipeline's cpu_budget wins
+    assert seen["own options"] == [[RAM, 7, 2]]  # the pipeline's cpu_budget wins
 
 
 @pytest.mark.tf
@@ -44,7 +47,8 @@ def test_every_consumer_runs_with_the_defaults(tmp_path: Path) -> None:
         REPO / ".venv" / "bin" / "python", {"TFBOOT_CGROUP_ROOT": cgroup_limits(tmp_path)}
     )
     check_every_consumer(seen)
-    assert "tf.data defaults RAM budget 1024 MiB, CPU budget 2, initial parallelism 2" in err
+    assert "tf.data defaults RAM budget 652 MiB now, measured per pipeline, CPU budget 2, " \
+        "initial parallelism 2" in err  # fmt: skip
     assert "HOST_MEMORY_LIMIT_MB=auto: 4096 MiB from /sys/fs/cgroup/memory.max" in err
     assert "Changing the value of option" not in err  # the pipeline's own field is not merged
 
@@ -61,6 +65,26 @@ def test_host_leaves_every_pipeline_alone(tmp_path: Path) -> None:
     seen, err = consumed(REPO / ".venv" / "bin" / "python", env)
     assert seen["loop"] == [[None, None, None]], seen
     assert "tf.data defaults" not in err
+
+
+GROWN = """
+import os
+import tensorflow as tf
+current = os.path.join(os.environ["TFBOOT_CGROUP_ROOT"], "sys/fs/cgroup/memory.current")
+def budget():  # the options of the dataset a consumer would run
+    return tf.data.Dataset.range(3)._apply_debug_options().options().autotune.ram_budget >> 20
+first = budget()
+open(current, "w").write(str(1500 << 20))  # the model and another pipeline took 1 GiB more
+print(first, budget())
+"""
+
+
+@pytest.mark.tf
+def test_each_pipeline_gets_the_room_left_when_it_starts(tmp_path: Path) -> None:
+    root = cgroup_limits(tmp_path)
+    result = run_python(GROWN, {"TFBOOT_CGROUP_ROOT": root}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == [str(RAM >> 20), str((2457 - 1500) // 3)]
 
 
 MISSING = """
@@ -103,5 +127,5 @@ def test_every_path_runs_with_the_defaults_under_the_pipelines_own_options(tmp_p
              "get_single_element in a tf.function", "save"]  # fmt: skip
     assert {p: seen[p] for p in paths} == {p: DEFAULTS for p in paths}
     own = {p: seen[f"{p} (own cpu_budget)"] for p in paths}
-    assert own == {p: [1 << 30, 7, 2] for p in paths}
+    assert own == {p: [RAM, 7, 2] for p in paths}
     assert "Changing the value of option" not in result.stderr

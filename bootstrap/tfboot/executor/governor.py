@@ -39,6 +39,7 @@ from ..budget.malloc import (
     MMAP_THRESHOLD,
     Watch,
 )
+from ..node.cpu import cgroup_root
 from ..node.workingset import reader, resident
 
 FAST_S = 0.01  # the shortest interval between two readings
@@ -167,7 +168,7 @@ def start(watch: Watch) -> str | None:
     if _governor is not None:
         return None
     try:
-        governor = Governor(watch)
+        governor = Governor(watch, cgroup_root(os.environ))
     except (OSError, AttributeError):
         return "malloc_trim not found: malloc left alone"
     _governor = governor

@@ -33,6 +33,7 @@ so in one warning.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from typing import Any
 
 from ..adapters.tensorflow import DATA_HOOK as HOOK
 from ..budget.hostmemory import DataDefaults, ram_budget
+from ..node.cpu import cgroup_root
 from ..node.workingset import reader
 
 MIB = 1 << 20
@@ -127,7 +129,8 @@ def install(tf: ModuleType, defaults: DataDefaults) -> bool:
     owner = _dataset_class(tf)
     if owner is None:
         return False
-    working = reader("/", defaults.limit_file) if defaults.limit_mib is not None else None
+    root = cgroup_root(os.environ)
+    working = reader(root, defaults.limit_file) if defaults.limit_mib is not None else None
     module = sys.modules.get(owner.__module__)
     variant = getattr(module, "_VariantDataset", None)
     spec = getattr(module, "DatasetSpec", None)
