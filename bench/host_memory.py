@@ -4,8 +4,9 @@ TensorFlow sizes tf.data's autotuning from the host: half of the host's free mem
 the RAM budget, and the host's schedulable cores as the CPU budget. In a container with
 ``--memory`` and ``--cpus`` the autotuner then grows its buffers past the container's
 limit, and the kernel's OOM killer ends the process. tfboot's ``HOST_MEMORY_LIMIT_MB=auto``
-(its default) gives every pipeline a RAM budget of a quarter of the container's limit, and
-the CPU quota as the CPU budget and initial parallelism.
+(its default) gives every pipeline a RAM budget measured from the room its working set
+leaves under the container's limit, and the CPU quota as the CPU budget and initial
+parallelism.
 
 The workload is a realistic input pipeline feeding a small Keras model's ``fit``: large
 decoded elements (``--mib`` MiB each, made by a parallel ``map`` with AUTOTUNE), shuffle,
@@ -19,11 +20,11 @@ Cases, each in a fresh container, alternating within each round:
 - ``TF default, 64-core 512 GiB node (emulated)``: what TensorFlow picks on a big node,
   set explicitly in the pipeline's options (a 256 GiB RAM budget, a CPU budget of 64,
   initial parallelism 16) and 64 threads per pool, tfboot disabled;
-- ``tfboot auto``: nothing set; tfboot reads the limits, and fixes glibc's mmap threshold
-  so that freed elements go back to the kernel;
-- ``tfboot auto, malloc left alone``: the same budgets, glibc's malloc as it is
-  (``HOST_MEMORY_RELEASE=false``): the allocator setting's share of the outcome, and its
-  cost in steps/s, side by side;
+- ``tfboot auto``: nothing set; tfboot reads the limits, and its memory governor gives
+  freed elements back to the kernel when the working set nears the limit;
+- ``tfboot auto, malloc left alone``: the same budgets, no governor
+  (``HOST_MEMORY_RELEASE=false``): the governor's share of the outcome, and its cost in
+  steps/s, side by side;
 - ``hand-tuned ...``: the pipeline's own options, chosen by hand for this container.
 
 Reported per case: finished or OOMKilled, peak memory of the container's cgroup

@@ -179,7 +179,8 @@ def test_the_info_line_says_it(tmp_path: Path) -> None:
         "freed host memory returned to the kernel when it is short: this process's "
         in result.stderr
     )
-    assert "(HOST_MEMORY_LIMIT_MB=2048 (env)); from 65% glibc " in result.stderr
+    assert "(HOST_MEMORY_LIMIT_MB=2048 (env)); below 65% malloc " in result.stderr
+    assert "each then page-faulted afresh, while memory stays short" in result.stderr
     assert "below 65% malloc is as glibc has it, at no cost" in result.stderr
 
 
@@ -271,3 +272,23 @@ def test_forks_beside_a_trimming_governor_never_hang() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     done, trims = (int(w) for w in result.stdout.split()[-2:])
     assert done == 40 and trims >= 1
+
+
+def test_doctor_and_the_usage_report_say_what_the_governor_did(tmp_path: Path) -> None:
+    plenty = run_python(
+        "from tfboot.doctor import collect, render; print(render(collect()))",
+        {"HOST_MEMORY_LIMIT_MB": "65536", "TFBOOT_LOG": "quiet"},
+    )
+    assert plenty.returncode == 0, plenty.stderr[-3000:]
+    assert "in this process so far: nothing to do: the working set stayed under" in plenty.stdout
+    record = tmp_path / "usage.json"
+    short = run_python(
+        "import torch, time\nfrom tfboot.executor import governor\n"
+        "while not governor.current().trims: time.sleep(0.01)",
+        {"HOST_MEMORY_LIMIT_MB": "64", "TFBOOT_USAGE_FILE": str(record)},
+    )
+    assert short.returncode == 0, short.stderr[-3000:]
+    released = json.loads(record.read_text())["host_memory"]["release"]
+    assert released["trims"] >= 1 and released["holds"] == 1 and released["hold_at_mib"] == 48
+    used = next(line for line in short.stderr.splitlines() if "tfboot: used:" in line)
+    assert f"{released['trims']} malloc trim(s) gave back" in used

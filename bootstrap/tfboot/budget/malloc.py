@@ -90,8 +90,9 @@ def release(settings: Settings, host: HostMemory, allocator: Allocator,
     return Release(
         watch,
         f"freed host memory returned to the kernel when it is short: {read} watched against "
-        f"{host.limit_mib} MiB ({host.origin}); from {TRIM_AT:.0%} glibc {allocator.glibc} "
-        f"malloc_trim gives free pages back, from {HOLD_AT:.0%} blocks of "
-        f"{MMAP_THRESHOLD >> 20} MiB and more are unmapped when freed; below {TRIM_AT:.0%} "
-        f"malloc is as glibc has it, at no cost ({OFF} leaves malloc alone)",
+        f"{host.limit_mib} MiB ({host.origin}); below {TRIM_AT:.0%} malloc is as glibc has it, "
+        f"at no cost; from {TRIM_AT:.0%} glibc {allocator.glibc} malloc_trim gives free pages "
+        f"back, from {HOLD_AT:.0%} blocks of {MMAP_THRESHOLD >> 20} MiB and more are unmapped "
+        f"when freed, each then page-faulted afresh, while memory stays short ({OFF} leaves "
+        "malloc alone)",
     )
