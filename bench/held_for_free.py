@@ -7,8 +7,10 @@ runs in a fresh container under ``docker run --memory=M --memory-swap=M --cpus=C
 (nothing set) and off (``TFBOOT_DISABLE=1``) alternating, ``--runs`` containers a side; in
 each, ``--warmup`` untimed steps, then ``--steps`` timed ones. Reported per case: steps/s
 (all timed steps over their wall time), the minor page faults of the timed steps
-(``getrusage`` ``ru_minflt``: exact, unlike a timing on a shared machine), the CPU seconds
-per step, and the ratios on/off.
+(``getrusage`` ``ru_minflt``: exact for one thread's work, unlike a timing on a shared
+machine; where a framework's own threads allocate, they vary from run to run with the
+threads' timing, so the median and the range of each side are given), the CPU seconds per
+step, and the ratios on/off.
 
 The cases:
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import sysconfig
@@ -219,13 +222,18 @@ def main() -> None:
         if not on.walls or not off.walls:
             print(f"| {case} | failed {on.failed} | failed {off.failed} | | | | | | |")
             continue
-        faults_on, faults_off = max(on.faults), max(off.faults)
         print(
             f"| {case} | {on.rate(steps):.2f} | {off.rate(steps):.2f} "
-            f"| {on.rate(steps) / off.rate(steps):.3f} | {faults_on} | {faults_off} "
-            f"| {faults_on / max(1, faults_off):.2f} | {1e3 * sum(on.cpus) / len(on.cpus):.1f} "
+            f"| {on.rate(steps) / off.rate(steps):.3f} | {_faults(on.faults)} "
+            f"| {_faults(off.faults)} "
+            f"| {statistics.median(on.faults) / max(1, statistics.median(off.faults)):.2f} "
+            f"| {1e3 * sum(on.cpus) / len(on.cpus):.1f} "
             f"| {1e3 * sum(off.cpus) / len(off.cpus):.1f} |"
         )
+
+
+def _faults(counts: list[int]) -> str:
+    return f"{statistics.median(counts):.0f} ({min(counts)}-{max(counts)})"
 
 
 if __name__ == "__main__":
