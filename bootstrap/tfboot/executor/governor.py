@@ -52,14 +52,20 @@ HELD_STEP = 0.005  # the same while held
 class Governor:
     """One process's governor: its levels, its reader, what it did."""
 
-    def __init__(self, watch: Watch, root: str = "/") -> None:
+    def __init__(self, watch: Watch, root: str = "/", parent: Governor | None = None) -> None:
+        """A governor reading ``root``'s cgroup files; a forked child's takes its ``parent``'s
+        reader and glibc's functions as they are (open files, resolved symbols: the child
+        opens and loads nothing, so no lock a fork copied taken is ever waited on)."""
         self.watch = watch
-        self.reader = reader(root, watch.limit_file)
-        libc = ctypes.CDLL(None)
-        self._trim, self._mallopt = libc.malloc_trim, libc.mallopt
-        self._trim.argtypes, self._trim.restype = (ctypes.c_size_t,), ctypes.c_int
-        self._mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-        self._mallopt.restype = ctypes.c_int
+        if parent is not None:
+            self.reader, self._trim, self._mallopt = parent.reader, parent._trim, parent._mallopt
+        else:
+            self.reader = reader(root, watch.limit_file)
+            libc = ctypes.CDLL(None)
+            self._trim, self._mallopt = libc.malloc_trim, libc.mallopt
+            self._trim.argtypes, self._trim.restype = (ctypes.c_size_t,), ctypes.c_int
+            self._mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+            self._mallopt.restype = ctypes.c_int
         self.trims = 0
         self.given_back = 0  # bytes this process's resident set fell by across trims
         self.holds = 0
@@ -164,16 +170,20 @@ def current() -> Governor | None:
 
 def start(watch: Watch) -> str | None:
     """Start this process's governor, once; how the log names it (None: already running)."""
-    global _governor
     if _governor is not None:
         return None
     try:
         governor = Governor(watch, cgroup_root(os.environ))
     except (OSError, AttributeError):
         return "malloc_trim not found: malloc left alone"
+    _run(governor)
+    return f"memory governor started, reading {governor.reader.source}"
+
+
+def _run(governor: Governor) -> None:
+    global _governor
     _governor = governor
     threading.Thread(target=governor.run, name="tfboot-memory", daemon=True).start()
-    return f"memory governor started, reading {governor.reader.source}"
 
 
 def _after_fork_in_child() -> None:
@@ -183,10 +193,10 @@ def _after_fork_in_child() -> None:
     parent, _governor = _governor, None
     if parent is not None:
         with contextlib.suppress(Exception):  # a guest never fails a fork
-            held = parent.held_since is not None
-            start(parent.watch)
-            if held and _governor is not None:
-                _governor.held_since, _governor.holds = time.monotonic(), 1
+            child = Governor(parent.watch, parent=parent)
+            if parent.held_since is not None:
+                child.held_since, child.holds = time.monotonic(), 1
+            _run(child)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
