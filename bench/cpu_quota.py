@@ -163,6 +163,13 @@ def default_image() -> str:
     return build_tfboot_image(build_standin_base())
 
 
+def memory_arguments(parser: argparse.ArgumentParser, memory: str) -> None:
+    """The image and the container's memory and CPUs, as the memory benchmarks take them."""
+    parser.add_argument("--image", help="tfboot image to run (default: build the test image)")
+    parser.add_argument("--memory", default=memory, help="docker run --memory (swap off)")
+    parser.add_argument("--cpus", type=float, default=2.0)
+
+
 def main() -> None:
     """Run every (quota, setting) cell and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

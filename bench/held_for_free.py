@@ -44,7 +44,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
-from cpu_quota import default_image  # noqa: E402
+from cpu_quota import default_image, memory_arguments  # noqa: E402
 
 # Runs inside the container: CASE STEPS WARMUP; prints one JSON line.
 WORKLOAD = """
@@ -181,9 +181,7 @@ def run_once(image: str, case: str, steps: int, env: dict[str, str],
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--image", help="tfboot image to run (default: build the test image)")
-    parser.add_argument("--memory", default="4g", help="docker run --memory (swap off)")
-    parser.add_argument("--cpus", type=float, default=2.0)
+    memory_arguments(parser, "4g")
     parser.add_argument("--runs", type=int, default=5, help="containers per case and side")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=600)

@@ -52,7 +52,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
-from cpu_quota import default_image, quantile  # noqa: E402
+from cpu_quota import default_image, memory_arguments, quantile  # noqa: E402
 
 # Runs inside the container; prints one JSON line at the end.
 WORKLOAD = """
@@ -231,9 +231,7 @@ def run_once(image: str, env: Mapping[str, str], args: argparse.Namespace) -> di
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--image", help="tfboot image to run (default: build the test image)")
-    parser.add_argument("--memory", default="600m", help="docker run --memory (swap off)")
-    parser.add_argument("--cpus", type=float, default=2.0)
+    memory_arguments(parser, "600m")
     parser.add_argument("--mib", type=float, default=16, help="MiB per decoded element")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--steps", type=int, default=60, help="timed steps per container")
