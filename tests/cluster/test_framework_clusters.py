@@ -299,8 +299,10 @@ def test_pytorch_s_group_must_form_within_the_startup_timeout(start, index: int)
     process = start(env, "torch", "multi")
     _, err = process.communicate(timeout=LIMIT_S)
     took = time.monotonic() - began
-    # the 3 s count from import torch, which itself takes seconds on a loaded machine
-    assert process.returncode == 1 and took < 3 + 15, (took, err)
+    # the 3 s count from import torch, which itself takes tens of seconds on a loaded
+    # machine (19.6 and 26.6 s seen under a load average of 4 to 6): what this asserts is an
+    # end with the deadline's message long before gloo's own 30 min timeout
+    assert process.returncode == 1 and took < 3 + 90, (took, err)
     rank0 = env["DIST_HOSTS"].split("=")[1].split(",")[0]
     waited = (
         f"rank 0 waited at {rank0} for the other 1 rank(s)"

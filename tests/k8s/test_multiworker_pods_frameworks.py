@@ -74,8 +74,11 @@ LOG_NAME = {"torch": "PyTorch", "jax": "JAX", "keras": "JAX"}
 LONG_RUN = {"STEPS": "100000", "STEP_S": "0.05", "LOSE_RANK": "2", "LOSE_STEP": "5"}
 # What the survivors' stderr says when a peer is gone.
 LOST_PEER = {
-    "torch": re.compile(r"RuntimeError: .*gloo.* Connection closed by peer"),
-    "jax": re.compile(r"Task 2 heartbeat timeout|Gloo \w+ failed: .* Connection closed by peer"),
+    # gloo says "closed" or "reset" for the same loss, as the peer's socket went
+    "torch": re.compile(r"RuntimeError: .*gloo.* Connection (closed|reset) by peer"),
+    "jax": re.compile(
+        r"Task 2 heartbeat timeout|Gloo \w+ failed: .* Connection (closed|reset) by peer"
+    ),
 }
 IMAGE_PYTHON = (
     "import json, sys, sysconfig; "
