@@ -8,6 +8,9 @@ computes its share of the global batch's gradient and the shares are summed acro
 processes (gloo's all-reduce; JAX's ``process_allgather``). ``single`` trains one process on
 the whole batches, as the reference: every rank of ``multi`` must end with its weights.
 
+``PREPARE_S``: seconds of work (loading data) before the group forms. ``GROUPS`` (torch): the
+group is formed, used and destroyed that many times, as a job with a second phase does.
+
 ``LOSE_RANK``/``LOSE_STEP``: that rank prints ``lost at <time>`` after that step and kills
 itself (SIGKILL: a node lost, an OOM kill) while the others go on to the next all-reduce;
 ``STEPS`` and ``STEP_S`` make the run long enough for that.
@@ -28,6 +31,8 @@ GLOBAL_BATCH = 12  # divisible by 1, 2, 3 and 4 processes
 LEARNING_RATE = 0.1
 LOSE_RANK = int(os.environ.get("LOSE_RANK", "-1"))
 LOSE_STEP = int(os.environ.get("LOSE_STEP", "-1"))
+PREPARE_S = float(os.environ.get("PREPARE_S", "0"))
+GROUPS = int(os.environ.get("GROUPS", "1"))
 
 
 def batches() -> tuple[np.ndarray, np.ndarray]:
@@ -41,6 +46,12 @@ def torch_job():
     import torch.distributed as dist
 
     if MODE == "multi":
+        time.sleep(PREPARE_S)
+        for _ in range(GROUPS - 1):  # an earlier phase: form, use and end a group
+            dist.init_process_group("gloo")
+            dist.all_reduce(torch.zeros(1))
+            time.sleep(STEP_S)
+            dist.destroy_process_group()
         dist.init_process_group("gloo")
 
         def total(grad: np.ndarray) -> np.ndarray:

@@ -11,7 +11,6 @@ import dataclasses
 import functools
 import inspect
 import os
-import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -158,17 +157,16 @@ def jax_distributed(
 
 
 def torch_deadline(torch: ModuleType, seconds: int, waits: str) -> str | None:
-    """``torch.distributed.init_process_group`` must return within ``seconds`` of now (the
-    import), or the task ends, naming what it ``waits`` for (``cluster.deadline``)."""
+    """Each call of ``torch.distributed.init_process_group`` must return within ``seconds``
+    of its start, or the task ends, naming what it ``waits`` for (``cluster.deadline``)."""
     from ..cluster.deadline import bounded
 
     text = (
         f"cluster: PyTorch's group did not form within DIST_STARTUP_TIMEOUT={seconds} s of "
-        f"import torch: {waits}; ending this task"
+        f"init_process_group's start: {waits}; ending this task"
     )
-    deadline = time.monotonic() + seconds
-    _replace(torch.distributed, "init_process_group", lambda f: bounded(f, deadline, text))
-    return f"torch.distributed.init_process_group bounded by {seconds} s from now"
+    _replace(torch.distributed, "init_process_group", lambda f: bounded(f, seconds, text))
+    return f"torch.distributed.init_process_group bounded by {seconds} s from each call's start"
 
 
 PATCHES: dict[str, Callable[..., str | None]] = {
