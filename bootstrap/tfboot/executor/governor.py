@@ -77,7 +77,7 @@ class Governor:
 
     def step(self, now: float) -> float:
         """Read the working set, act on it; the seconds until the next reading."""
-        found = self.reader.read()
+        found = self.reader.read(self.watch.trim_at)
         if found is None:
             return SLOW_S
         self.highest = max(self.highest, found)

@@ -6,8 +6,9 @@ the cgroup's usage minus its inactive file cache (cgroup v2 ``memory.current`` a
 read in the cgroup whose limit is in force. Where no cgroup holds the limit (a limit given
 by ``HOST_MEMORY_LIMIT_MB`` on a host), this process's resident set (``/proc/self/statm``).
 
-The files are opened once and read with ``pread`` at each call: a reading is two reads, no
-open, no allocation beyond the bytes read. A forked child shares the descriptors, which is
+The files are opened once and read with ``pread`` at each call: a reading is two reads (one,
+where the usage alone is below the level the caller cares about), no open, no allocation
+beyond the bytes read. A forked child shares the descriptors, which is
 harmless: ``pread`` keeps no offset. Never raises: an unreadable file reads as None.
 """
 
@@ -75,14 +76,15 @@ class WorkingSet:
             self.close()
             self.source = f"this process's resident set ({STATM})"
 
-    def read(self) -> int | None:
-        """The working set in bytes now; None where it cannot be read."""
+    def read(self, below: int = 0) -> int | None:
+        """The working set in bytes now; None where it cannot be read. Where the usage alone
+        is at most ``below``, the usage (the working set's upper bound: one read, not two)."""
         if self._usage is None or self._stat is None:
             return resident()
         usage = _number(self._usage)
+        if usage is None or usage <= below:
+            return usage
         inactive = _number(self._stat, self.key)
-        if usage is None:
-            return None
         return max(0, usage - (inactive or 0))
 
     def close(self) -> None:
