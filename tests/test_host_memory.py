@@ -57,9 +57,9 @@ def test_a_bad_file_is_an_error_and_a_documented_fallback(case: str, words: str)
 NO_QUOTA = CpuBudget(affinity=64, quota=None, quota_source="")
 QUOTA_2 = CpuBudget(affinity=64, quota=2.0, quota_source="/sys/fs/cgroup/cpu.max")
 # A 4 GiB container whose working set is 500 MiB when TensorFlow is imported: tf.data's RAM
-# budget is half the room under 60% of the limit, (2457 - 500) // 2.
+# budget is a third of the room under 60% of the limit, (2457 - 500) // 3.
 LIMIT_4G = MemoryBudget(4096, "/sys/fs/cgroup/memory.max", working_mib=500)
-RAM_4G = 978
+RAM_4G = 652
 NO_LIMIT = MemoryBudget(None, "")
 
 
@@ -92,7 +92,7 @@ class TestPlan:
             ram_budget_mib=RAM_4G, cpu_budget=2, initial_parallelism=2, limit_mib=4096,
             limit_file="/sys/fs/cgroup/memory.max",
         )  # fmt: skip
-        assert "RAM half the room between the working set (500 MiB now" in decision(
+        assert "RAM a third of the room between the working set (500 MiB now" in decision(
             plan, "tf.data defaults"
         )
         assert "from /sys/fs/cgroup/memory.max" in decision(plan, "tf.data defaults")
@@ -110,9 +110,9 @@ class TestPlan:
 
     def test_a_number_wins_over_the_cgroup(self) -> None:
         plan = plan_for({"HOST_MEMORY_LIMIT_MB": "2048"}, LIMIT_4G, NO_QUOTA)
-        # (1228 - 500) // 2: the working set is the container's, the limit the number's
+        # (1228 - 500) // 3: the working set is the container's, the limit the number's
         assert data_defaults(plan) == DataDefaults(
-            ram_budget_mib=364, limit_mib=2048, limit_file="/sys/fs/cgroup/memory.max"
+            ram_budget_mib=242, limit_mib=2048, limit_file="/sys/fs/cgroup/memory.max"
         )
         assert "HOST_MEMORY_LIMIT_MB=2048 (env)" in decision(plan, "tf.data defaults")
 

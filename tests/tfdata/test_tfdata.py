@@ -1,8 +1,8 @@
 """tf.data defaults under a container's limits, with real TensorFlow (2.21 and the pinned nightly).
 
 The limits come from a fake cgroup tree (``TFBOOT_CGROUP_ROOT``): 4 GiB of memory, a
-working set of 500 MiB and a 2-CPU quota, so every pipeline must run with a 978 MiB RAM
-budget (half the room under 60% of the limit), a CPU budget of 2 and an initial
+working set of 500 MiB and a 2-CPU quota, so every pipeline must run with a 652 MiB RAM
+budget (a third of the room under 60% of the limit), a CPU budget of 2 and an initial
 parallelism of 2, unless it set its own; a pipeline started when the working set has grown
 gets the smaller room left then. ``consumers.py`` iterates a dataset
 every way a program does and records the options of the dataset each consumer ran.
@@ -20,7 +20,7 @@ from support import REPO, cgroup_limits, run_python
 
 CONSUMERS = Path(__file__).with_name("consumers.py")
 NIGHTLY = REPO / ".venv-nightly" / "bin" / "python"
-RAM = 978 << 20  # (0.6 * 4096 - 500) // 2 MiB
+RAM = 652 << 20  # (0.6 * 4096 - 500) // 3 MiB
 DEFAULTS = [RAM, 2, 2]
 CONSUMED = [
     "loop", "fit", "evaluate", "predict", "experimental_distribute_dataset",
@@ -47,7 +47,7 @@ def test_every_consumer_runs_with_the_defaults(tmp_path: Path) -> None:
         REPO / ".venv" / "bin" / "python", {"TFBOOT_CGROUP_ROOT": cgroup_limits(tmp_path)}
     )
     check_every_consumer(seen)
-    assert "tf.data defaults RAM budget 978 MiB now, measured per pipeline, CPU budget 2, " \
+    assert "tf.data defaults RAM budget 652 MiB now, measured per pipeline, CPU budget 2, " \
         "initial parallelism 2" in err  # fmt: skip
     assert "HOST_MEMORY_LIMIT_MB=auto: 4096 MiB from /sys/fs/cgroup/memory.max" in err
     assert "Changing the value of option" not in err  # the pipeline's own field is not merged
@@ -84,7 +84,7 @@ def test_each_pipeline_gets_the_room_left_when_it_starts(tmp_path: Path) -> None
     root = cgroup_limits(tmp_path)
     result = run_python(GROWN, {"TFBOOT_CGROUP_ROOT": root}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split() == [str(RAM >> 20), str((2457 - 1500) // 2)]
+    assert result.stdout.split() == [str(RAM >> 20), str((2457 - 1500) // 3)]
 
 
 MISSING = """

@@ -6,8 +6,8 @@ tf.data's RAM budget is measured, not a fixed share: the room between the workin
 buffers hold; the elements being made, the batches being assembled and what the allocator
 keeps of them come on top, measured at two to three times the budget (24 MiB elements
 under a 175 MiB budget added 373 MiB to the working set, docs/host-memory.md). So the
-pipeline's whole share reaches ``LIVE_AT`` of the limit and at most half the room past it,
-below the governor's levels (``budget.malloc``). The working set is read when the framework
+pipeline's whole share stays near ``LIVE_AT`` of the limit, below the governor's levels
+(``budget.malloc``). The working set is read when the framework
 is imported, and again as each pipeline starts (``executor.tfdata``), so a pipeline made
 after the model was built, or beside another pipeline, gets the room left then. Never less
 than ``FLOOR_SHARE`` of the limit: a pipeline always runs.
@@ -27,7 +27,7 @@ TF_INITIAL_PARALLELISM = 16  # tf.data's initial parallelism per autotuned trans
 # (tensorflow/python/data/ops/options.py); before, there is no such option to set.
 INITIAL_PARALLELISM_FROM = (2, 17)
 LIVE_AT = 0.60  # of the limit: what tf.data's buffers and transients may fill up to
-TRANSIENT = 2  # the working set a pipeline adds, against the bytes its buffers hold
+TRANSIENT = 3  # the working set a pipeline adds, against the bytes its buffers hold
 FLOOR_SHARE = 32  # the least RAM budget: a 32nd of the limit
 
 
@@ -104,7 +104,7 @@ def host_memory(settings: Settings, cpu: CpuBudget, memory: MemoryBudget) -> Hos
     reasons = []
     if ram is not None:
         working = "unread" if memory.working_mib is None else f"{memory.working_mib} MiB now"
-        reasons.append(f"RAM half the room between the working set ({working}, read again as "
+        reasons.append(f"RAM a third of the room between the working set ({working}, read again as "
                        f"each pipeline starts) and {LIVE_AT:.0%} of {origin}, at least a "
                        f"{FLOOR_SHARE}nd of it")  # fmt: skip
     if cpus is not None:
