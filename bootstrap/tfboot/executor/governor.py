@@ -73,14 +73,12 @@ class Governor:
         self.held_since: float | None = None
         self.calm_since: float | None = None
         self.mark = watch.trim_at  # the working set that earns the next trim
-        self.highest = 0  # the highest working set read
 
     def step(self, now: float) -> float:
         """Read the working set, act on it; the seconds until the next reading."""
         found = self.reader.read(self.watch.trim_at)
         if found is None:
             return SLOW_S
-        self.highest = max(self.highest, found)
         watch = self.watch
         if found >= watch.trim_at:
             self.calm_since = None
