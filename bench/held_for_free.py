@@ -138,15 +138,15 @@ print(json.dumps({"wall": wall, "faults": after.ru_minflt - before.ru_minflt,
 """
 
 # name -> (the workload's case, timed steps)
-CASES = {
-    "numpy 1 MiB": ("numpy:1", 400),
-    "numpy 8 MiB": ("numpy:8", 150),
-    "numpy 64 MiB": ("numpy:64", 30),
+CASES = {  # each side's timed steps take some seconds: a shorter window is mostly noise
+    "numpy 1 MiB": ("numpy:1", 3000),
+    "numpy 8 MiB": ("numpy:8", 800),
+    "numpy 64 MiB": ("numpy:64", 150),
     "torch MLP": ("torch", 30),
-    "keras/tensorflow": ("keras:tensorflow", 5),
-    "keras/jax": ("keras:jax", 5),
+    "keras/tensorflow": ("keras:tensorflow", 8),
+    "keras/jax": ("keras:jax", 8),
     "jax MLP": ("jax", 30),
-    "tensorflow eager": ("tensorflow", 40),
+    "tensorflow eager": ("tensorflow", 60),
 }
 SIDES = {"tfboot on": {}, "tfboot off": {"TFBOOT_DISABLE": "1"}}
 
