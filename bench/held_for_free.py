@@ -182,7 +182,10 @@ def run_once(image: str, case: str, steps: int, env: dict[str, str],
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     memory_arguments(parser, "4g")
-    parser.add_argument("--runs", type=int, default=5, help="containers per case and side")
+    parser.add_argument(
+        "--runs", type=int, default=6,
+        help="containers per case and side (even: each side goes first as often)",
+    )  # fmt: skip
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--timeout", type=int, default=600)
     parser.add_argument("--frameworks", type=Path, help="site-packages with the frameworks")
@@ -211,8 +214,8 @@ def main() -> None:
     print(f"image {image}; --memory={args.memory} (no swap) --cpus={args.cpus:g}; {args.runs} "
           f"containers per case and side, alternating; tfboot off: TFBOOT_DISABLE=1")  # fmt: skip
     print(
-        "| case | steps/s on | steps/s off | on/off | minor faults on | off | on/off "
-        "| CPU ms/step on | off |"
+        "| case | steps/s on | steps/s off | on/off | minor faults on: median (range) | off "
+        "| on/off (medians) | CPU ms/step on | off |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for case, (_, steps) in planned.items():
