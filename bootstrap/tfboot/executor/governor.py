@@ -43,7 +43,7 @@ from ..node.cpu import cgroup_root
 from ..node.workingset import reader, resident
 
 FAST_S = 0.01  # the shortest interval between two readings
-SLOW_S = 0.25  # the longest
+SLOW_S = 1.0  # the longest
 RATE = 4 << 30  # bytes a second the working set is assumed able to grow at, for the pacing
 STEP = 0.02  # of the limit: growth that earns another trim while not held
 HELD_STEP = 0.005  # the same while held
