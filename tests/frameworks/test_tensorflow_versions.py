@@ -83,7 +83,10 @@ def test_tf_data_gets_only_the_options_that_tensorflow_has(version: str) -> None
     assert done.returncode == 0, done.stderr
     found = last_json(done.stdout)
     configured = next(x for x in done.stderr.splitlines() if "configured TensorFlow" in x)
-    assert found["fields"]["ram_budget"] == 1024 << 20 and found["fields"]["cpu_budget"] == 2
+    # a third of the room this process's resident set (TensorFlow's runtime) leaves under
+    # 60% of HOST_MEMORY_LIMIT_MB=4096, measured as the pipeline starts
+    assert ((2457 - 1500) // 3) << 20 <= found["fields"]["ram_budget"] <= (2457 // 3) << 20
+    assert found["fields"]["cpu_budget"] == 2
     if tuple(map(int, found["version"].split(".")[:2])) >= (2, 17):
         assert found["fields"]["initial_parallelism"] == 2
         assert "initial parallelism 2" in configured
