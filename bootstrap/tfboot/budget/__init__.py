@@ -69,8 +69,7 @@ class Budget:
 
     def release(self) -> Release | None:
         """The allocator setting that returns freed memory under the host-memory limit."""
-        source = self.memory.source if self.memory.limit_mib is not None else ""
-        return release(self.settings, self.host(), read_allocator(self.env), source)
+        return release(self.settings, self.host(), read_allocator(self.env), self.memory.source)
 
     def gpus(self, count: int, lists: str) -> Gpus:
         """The visible GPUs of ``count`` listed, and their caps (``lists``: who lists them)."""

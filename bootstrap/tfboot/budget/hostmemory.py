@@ -7,10 +7,10 @@ buffers hold; the elements being made, the batches being assembled and what the 
 keeps of them come on top, measured at two to three times the budget (24 MiB elements
 under a 175 MiB budget added 373 MiB to the working set, docs/host-memory.md). So the
 pipeline's whole share stays near ``LIVE_AT`` of the limit, below the governor's levels
-(``budget.malloc``). The working set is read when the framework
-is imported, and again as each pipeline starts (``executor.tfdata``), so a pipeline made
-after the model was built, or beside another pipeline, gets the room left then. Never less
-than ``FLOOR_SHARE`` of the limit: a pipeline always runs.
+(``budget.malloc``). The working set is read when the framework is imported, and again as
+each pipeline starts (``executor.tfdata``), so a pipeline made after the model was built,
+or beside another pipeline, gets the room left then. Never less than ``FLOOR_SHARE`` of the
+limit: a pipeline always runs.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class DataDefaults:
     cpu_budget: int | None = None
     initial_parallelism: int | None = None
     limit_mib: int | None = None  # the limit each pipeline's RAM budget is measured against
-    limit_file: str = ""  # the cgroup limit file whose working set is read ("": the process's)
+    limit_file: str = ""  # the container's limit file, whose working set is read ("": none)
 
     def describe(self) -> str:
         parts = [
@@ -113,7 +113,7 @@ def host_memory(settings: Settings, cpu: CpuBudget, memory: MemoryBudget) -> Hos
             if isinstance(settings.cpu_threads, int)
             else f"CPUs the quota's, {cpu.quota:g} from {cpu.quota_source}, rounded up"
         )
-    defaults = DataDefaults(ram, cpus, initial, limit, memory.source if memory.limit_mib else "")
+    defaults = DataDefaults(ram, cpus, initial, limit, memory.source)
     return HostMemory(limit, origin, defaults, tuple(reasons), warnings)
 
 
