@@ -7,7 +7,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -47,15 +47,16 @@ def _cluster(settings: Any, env: dict[str, str]) -> dict[str, Any] | None:
         return None
     from .cluster.plan import plan_cluster
 
-    return plan_cluster(settings.distributed, settings.cluster, env).to_dict()
+    return plan_cluster(settings.distributed, settings.cluster, env, pid=os.getpid()).to_dict()
 
 
-def _launches(settings: Any, env: dict[str, str], present: list[str]) -> dict[str, Any]:
-    """What the installed PyTorch and JAX get from the cluster, or why they cannot."""
+def _launches(settings: Any, env: dict[str, str], present: list[str],
+              refused: Mapping[str, ConfigError]) -> dict[str, Any]:  # fmt: skip
+    """What the installed PyTorch and JAX get from the cluster, or why they cannot (their
+    import's error, ``refused``)."""
     if settings.cluster is None:
         return {}
     from .cluster.plan import plan_launch
-    from .errors import ConfigError
     from .node.headroom import NAMES
     from .node.versions import installed
 
@@ -64,11 +65,39 @@ def _launches(settings: Any, env: dict[str, str], present: list[str]) -> dict[st
         if module in present:
             name, version = NAMES[module], installed(module)
             try:
-                made = plan_launch(name, settings.distributed, settings.cluster, env, None, version)
+                if name in refused:
+                    raise refused[name]
+                made = plan_launch(name, settings.distributed, settings.cluster, env, None, version,
+                                   pid=os.getpid())  # fmt: skip
                 found[name] = made.to_dict()
             except ConfigError as exc:
                 found[name] = {"error": str(exc)}
     return found
+
+
+def _refused(env: Mapping[str, str], present: list[str]) -> dict[str, ConfigError]:
+    """The installed frameworks (``present``, by module) whose import would fail here, by name,
+    with the error that import raises."""
+    from importlib import import_module
+
+    from . import ADAPTERS
+    from .executor import refused_at_import
+
+    found: dict[str, ConfigError] = {}
+    for module in present:
+        adapter = import_module(f"{__package__}.adapters.{ADAPTERS[module]}")
+        error = refused_at_import(adapter, env)
+        if error is not None:
+            found[adapter.NAME] = error
+    return found
+
+
+def _present() -> list[str]:
+    """The frameworks installed here, by module name."""
+    from .node.headroom import NAMES
+    from .node.versions import TENSORFLOW, installed
+
+    return [m for m in NAMES if installed(m, TENSORFLOW if m == "tensorflow" else ())]
 
 
 def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
@@ -109,7 +138,8 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
     version = installed("tensorflow", TENSORFLOW)  # what the installed TensorFlow can take
     found = for_tensorflow(host_memory(settings, budget, memory), version)
     malloc = release(settings, found, read_allocator(env), memory.source)
-    present = [m for m in NAMES if installed(m, TENSORFLOW if m == "tensorflow" else ())]
+    present = _present()
+    refused = _refused(env, present)
     headroom = {NAMES[m]: framework_headroom(m, env, settings) for m in present}
     return {
         "settings": table,
@@ -130,7 +160,8 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
         "headroom_mib": {name: room.mib for name, room in headroom.items()},
         "headroom_why": {name: room.why for name, room in headroom.items()},
         "cluster": cluster,
-        "clusters": _launches(settings, env, present),
+        "clusters": _launches(settings, env, present, refused),
+        "refused": {name: str(error) for name, error in refused.items()},
     }
 
 
@@ -149,14 +180,22 @@ def _environment(env_file: str | None) -> dict[str, str]:
 
 
 def _print_error(exc: ConfigError, as_json: bool) -> int:
+    return _print_errors([exc], as_json)
+
+
+def _print_errors(errors: list[ConfigError], as_json: bool) -> int:
+    """Each error, as an error line (or one JSON object), for the failing exit status."""
     if as_json:
         problems = [
             {"variable": p.variable, "value": p.value, "accepted": p.accepted, "hint": p.hint}
+            | ({"framework": exc.framework} if exc.framework else {})
+            for exc in errors
             for p in exc.problems
         ]
         print(json.dumps({"ok": False, "problems": problems}))
     else:
-        print(line("error", str(exc)), file=sys.stderr)
+        for exc in errors:
+            print(line("error", str(exc)), file=sys.stderr)
     return 1
 
 
@@ -211,6 +250,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"\n{data['cluster']['line']}\nTF_CONFIG: {data['cluster']['tf_config']}")
     for name, found in data["clusters"].items():
         print(found.get("line") or f"{name}: {found['error']}")
+    for name, error in data["refused"].items():
+        print(line("error", f"the import of {name} fails here: {error}"))
     return 0
 
 
@@ -224,6 +265,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         cluster = _cluster(settings, env)
     except ConfigError as exc:
         return _print_error(exc, args.json)
+    refused = _refused(env, [m for m in _present() if m != "tensorflow"])
+    if refused:  # what TensorFlow refuses, resolve and the cluster raised above
+        return _print_errors(list(refused.values()), args.json)
     given = rows(settings.given)
     given.update(cluster["given"] if cluster else {})
     if args.json:

@@ -444,6 +444,14 @@ def resolve(
             except ConfigError as exc:
                 problems += exc.problems
 
+    cluster = None
+    if values["DISTRIBUTED"] != "off" and (names is None or "DISTRIBUTED" in names):
+        from .cluster.variables import read_cluster
+
+        try:
+            cluster = read_cluster(layered.values, layered.parse)
+        except ConfigError as exc:
+            problems += exc.problems
     per_gpu: dict[int, int] = {}
     room = None
     if values.get("MEMORY_LIMIT_MB") == "auto":
@@ -451,7 +459,7 @@ def resolve(
         limit = read_plugin_limit(env, problems)
         values["MEMORY_LIMIT_MB"] = None
         if limit is not None:
-            room = _headroom(framework, env, values, given, len(limit.per_gpu))
+            room = _headroom(framework, env, values, given, len(limit.per_gpu), cluster)
             values["MEMORY_LIMIT_MB"], per_gpu = _caps(limit, room, framework, problems)
             how = "enforced" if limit.enforced else "advisory"
             source = (
@@ -462,14 +470,6 @@ def resolve(
             missing, hint = auto_without_share(env)
             problems.append(Problem("MEMORY_LIMIT_MB", given["MEMORY_LIMIT_MB"][0], missing, hint))
 
-    cluster = None
-    if values["DISTRIBUTED"] != "off" and (names is None or "DISTRIBUTED" in names):
-        from .cluster.variables import read_cluster
-
-        try:
-            cluster = read_cluster(layered.values, layered.parse)
-        except ConfigError as exc:
-            problems += exc.problems
     problems += _cross_checks(env, values, per_gpu, given, tensorflow=names is None)
     if problems:
         raise ConfigError(problems)
@@ -502,19 +502,31 @@ def _headroom(
     values: Mapping[str, Any],
     given: Mapping[str, tuple[str, str]],
     shares: int = 0,
+    cluster: ClusterSettings | None = None,
 ) -> Headroom:
     """What ``framework`` keeps free below a share: ``MEMORY_HEADROOM_MB``, else its own
-    figure, with NCCL's where NCCL will run (a cluster, or several GPUs visible; ``shares``:
-    the GPUs a share names one by one)."""
+    figure, with NCCL's where NCCL will run (a cluster an engine forms, or several GPUs
+    visible; ``shares``: the GPUs a share names one by one)."""
     if isinstance(values.get(HEADROOM), int):
         return headroom(framework, given=(values[HEADROOM], f"{HEADROOM}={given[HEADROOM][0]}"))
     visible = values.get("VISIBLE_GPU")
-    nccl = ""
-    if values.get("DISTRIBUTED", "off") != "off":
-        nccl = f"DISTRIBUTED={given['DISTRIBUTED'][0]}"
-    elif (visible is None or len(visible) > 1) and several_gpus(env, shares):
+    nccl = _group(values.get("DISTRIBUTED", "off"), cluster, env)
+    if not nccl and (visible is None or len(visible) > 1) and several_gpus(env, shares):
         nccl = "several GPUs visible"
     return headroom(framework, nccl)
+
+
+def _group(mode: str, cluster: ClusterSettings | None, env: Mapping[str, str]) -> str:
+    """Why a group of processes will form here ("": none will): the engine ``DISTRIBUTED``
+    finds, unless it finds none (a single node, a Slurm batch script outside srun)."""
+    if mode == "off" or cluster is None:
+        return ""
+    from .cluster.engines import detect, outside_step
+
+    engine = detect(mode, cluster, env)
+    if engine == "single" or (engine == "slurm" and outside_step(env)):
+        return ""
+    return f"DISTRIBUTED={mode}" if mode == engine else f"DISTRIBUTED={mode} found {engine}"
 
 
 def framework_headroom(framework: str, env: Mapping[str, str], settings: Settings) -> Headroom:
@@ -524,7 +536,8 @@ def framework_headroom(framework: str, env: Mapping[str, str], settings: Setting
         "VISIBLE_GPU": settings.visible_gpu,
         "DISTRIBUTED": settings.distributed,
     }
-    return _headroom(framework, env, values, settings.given, len(settings.memory_limit_per_gpu))
+    return _headroom(framework, env, values, settings.given, len(settings.memory_limit_per_gpu),
+                     settings.cluster)  # fmt: skip
 
 
 def _caps(

@@ -11,6 +11,9 @@ the whole batches, as the reference: every rank of ``multi`` must end with its w
 ``PREPARE_S``: seconds of work (loading data) before the group forms. ``GROUPS`` (torch): the
 group is formed, used and destroyed that many times, as a job with a second phase does.
 
+``DATA=tf`` (jax, keras): the batches come through ``tf.data``, imported once the group
+formed, as a JAX or Keras job's data loader is.
+
 ``LOSE_RANK``/``LOSE_STEP``: that rank prints ``lost at <time>`` after that step and kills
 itself (SIGKILL: a node lost, an OOM kill) while the others go on to the next all-reduce;
 ``STEPS`` and ``STEP_S`` make the run long enough for that.
@@ -33,6 +36,7 @@ LOSE_RANK = int(os.environ.get("LOSE_RANK", "-1"))
 LOSE_STEP = int(os.environ.get("LOSE_STEP", "-1"))
 PREPARE_S = float(os.environ.get("PREPARE_S", "0"))
 GROUPS = int(os.environ.get("GROUPS", "1"))
+DATA = os.environ.get("DATA", "")
 
 
 def batches() -> tuple[np.ndarray, np.ndarray]:
@@ -97,6 +101,10 @@ def job():
 def main() -> None:
     rank, world, total, end = job()
     x, y = batches()
+    if DATA == "tf":
+        import tensorflow as tf
+
+        x = np.stack([row.numpy() for row in tf.data.Dataset.from_tensor_slices(x)])
     per = GLOBAL_BATCH // world
     w, b = np.zeros(4), 0.0
     for step in range(STEPS):

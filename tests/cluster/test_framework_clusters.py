@@ -29,6 +29,7 @@ from tfboot.settings import resolve
 pytestmark = [pytest.mark.multiworker, pytest.mark.xdist_group("multiworker")]
 
 TRAIN = Path(__file__).with_name("dp_train.py")
+CHILDREN = Path(__file__).with_name("children.py")
 LIMIT_S = 150
 GRACE_S = 5  # DIST_TERM_GRACE's default: JAX's heartbeat timeout under tfboot
 K8S = {"DIST_TASKS": "3", "DIST_HOSTS": "worker=w-{i}.train", "JOB_COMPLETION_INDEX": "2"}
@@ -291,10 +292,13 @@ def test_an_unchanged_script_forms_the_group_and_trains_as_one_process(
 
 
 @pytest.mark.parametrize("index", [0, 1])
-def test_pytorch_s_group_must_form_within_the_startup_timeout(start, index: int) -> None:
+def test_pytorch_s_group_must_form_within_the_startup_timeout(start, index: int,
+                                                              tmp_path: Path) -> None:  # fmt: skip
     """One task of two started: it ends with exit status 1 once DIST_STARTUP_TIMEOUT ran out
-    in init_process_group, naming what it waited for."""
-    env = {**tasks(2)[index], "DIST_STARTUP_TIMEOUT": "3"}
+    in init_process_group, naming what it waited for; its usage record is final and says
+    so, and ``tfboot suggest`` reads no kill from it."""
+    usage = tmp_path / "usage.json"
+    env = {**tasks(2)[index], "DIST_STARTUP_TIMEOUT": "3", "TFBOOT_USAGE_FILE": str(usage)}
     began = time.monotonic()
     process = start(env, "torch", "multi")
     _, err = process.communicate(timeout=LIMIT_S)
@@ -313,6 +317,12 @@ def test_pytorch_s_group_must_form_within_the_startup_timeout(start, index: int)
         "tfboot: error: cluster: PyTorch's group did not form within DIST_STARTUP_TIMEOUT=3 s "
         f"of init_process_group's start: {waited}; ending this task"
     )
+    record = json.loads(usage.read_text())
+    assert record["final"] is True and record["reason"] == "DIST_STARTUP_TIMEOUT", record
+    suggested = subprocess.run([sys.executable, "-m", "tfboot", "suggest", "--json", str(usage)],
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert suggested.returncode == 0, suggested.stderr
+    assert "killed" not in suggested.stdout and "grows from" not in suggested.stdout
 
 
 @pytest.mark.parametrize(
@@ -335,6 +345,59 @@ def test_a_deadline_bounds_the_wait_and_nothing_else(start, case: str, env: dict
     found = [json.loads(out.splitlines()[-1]) for _, out, _ in ended]
     assert [f["rank"] for f in found] == [0, 1]
     assert found[0]["weights"] == pytest.approx(reference("torch"), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "model", ["mp.spawn", "fork", "spawn", "forkserver", "loader-fork", "loader-forkserver",
+              "subprocess"],
+)  # fmt: skip
+def test_a_task_s_children_are_no_tasks(model: str) -> None:
+    """Task 0 of two (its peer absent: nothing waits for it) starts two children: each
+    imports torch, or already has it, and is neither refused nor made a task. Under
+    mp.spawn, PyTorch's DDP tutorial, the children form their own group on the
+    MASTER_ADDR/MASTER_PORT the parent set, and train as they do without tfboot."""
+    env = {**tasks(2)[0], "DIST_STARTUP_TIMEOUT": "5", "TFBOOT_ON_ERROR": "raise"}
+    done = subprocess.run(
+        [sys.executable, str(CHILDREN), model, str(free_ports(1)[0])],
+        env=scenario_env(env), capture_output=True, text=True, timeout=LIMIT_S,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    parent = found["parent"]
+    assert parent["line"].startswith("cluster: PyTorch rank 0 of 2 ") and parent["rank"] == "0"
+    assert parent["task"] == str(parent["pid"])
+    children = found["children"]
+    assert len(children) == 2
+    for seen in children:
+        assert seen["error"] is None and seen["task"] == str(parent["pid"]), seen
+        assert seen["pid"] != parent["pid"]
+        if model in ("fork", "loader-fork"):  # torch came with the parent's memory
+            assert seen["line"] == parent["line"], seen
+        else:  # a fresh interpreter: planned in the child
+            assert seen["line"] == (
+                f"cluster: none here: a child (pid {seen['pid']}) of the task's process "
+                f"(pid {parent['pid']}), which holds its place; nothing set or checked"
+            )
+    if model == "mp.spawn":
+        assert sorted(s["value"] for s in children) == [3.0, 3.0]  # 1 + 2, all-reduced
+        assert {s["master"] for s in children} == {"localhost"}
+
+
+@pytest.mark.parametrize("framework", ["jax", "keras"])
+def test_tensorflow_as_the_data_loader_of_a_jax_job_is_no_task(start, framework: str) -> None:
+    """JAX (directly, or as Keras 3's backend) forms the group, then tf.data loads the
+    batches: TensorFlow is the data loader, gets no TF_CONFIG and watches no peer, so the
+    job trains past DIST_STARTUP_TIMEOUT (nothing of TensorFlow's listens on the ports)."""
+    slow = {"DATA": "tf", "STEPS": "8", "STEP_S": "1.5", "DIST_STARTUP_TIMEOUT": "4"}
+    processes = [start({**env, **slow, "TFBOOT_LOG": "info"}, framework, "multi")
+                 for env in tasks(2)]  # fmt: skip
+    ended = [(p, *p.communicate(timeout=LIMIT_S)) for p in processes]
+    failed = [f"task {i}: {err[-3000:]}" for i, (p, _, err) in enumerate(ended) if p.returncode]
+    assert not failed, failed
+    for _, out, err in ended:
+        assert "cluster: none for TensorFlow (" in err and "TF_CONFIG not set" in err, err
+        assert "peer watcher" not in err.replace("no peer watcher", ""), err
+        assert json.loads(out.splitlines()[-1])["world"] == 2
 
 
 def test_jax_checks_the_replicas_per_worker_once_initialize_returned(start) -> None:

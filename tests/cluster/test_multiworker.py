@@ -134,7 +134,7 @@ def child(queue):
     import tensorflow
     result = last_result()
     queue.put({"error": result.error, "calls": result.calls, "line": result.cluster.line(),
-               "marker": os.environ.get("TFBOOT_PEERS_WATCHED_BY")})
+               "marker": os.environ.get("TFBOOT_TASK"), "tf_config": os.environ.get("TF_CONFIG")})
 
 if __name__ == "__main__":
     context = multiprocessing.get_context("spawn")
@@ -144,11 +144,12 @@ if __name__ == "__main__":
     process.join(120)
     seen = queue.get(timeout=5) if process.exitcode == 0 else None
     calls = last_result().calls
-    print(json.dumps({"child": seen, "exit": process.exitcode, "pid": os.getpid(), "calls": calls}))
+    print(json.dumps({"child": seen, "exit": process.exitcode, "pid": os.getpid(), "calls": calls,
+                      "tf_config": os.environ.get("TF_CONFIG")}))
 """
 
 
-def test_a_spawned_child_inherits_tf_config_and_starts_no_second_watcher(tmp_path) -> None:
+def test_a_spawned_child_is_no_task_keeps_tf_config_and_starts_no_watcher(tmp_path) -> None:
     own, absent = free_ports(2)
     env = {
         "DISTRIBUTED": "k8s",
@@ -164,9 +165,12 @@ def test_a_spawned_child_inherits_tf_config_and_starts_no_second_watcher(tmp_pat
     out = last_json(result.stdout)
     assert out["exit"] == 0 and out["child"]["error"] is None, result.stderr[-3000:]
     assert "peer watcher started for 1 peer(s)" in out["calls"]
-    assert out["child"]["marker"] == str(out["pid"])
+    assert out["child"]["marker"] == str(out["pid"])  # the task's pid, inherited
     assert not any("peer watcher" in call for call in out["child"]["calls"]), out
-    assert "TF_CONFIG inherited" in out["child"]["line"]
+    assert out["child"]["line"].startswith("cluster: none here: a child (pid ")
+    assert out["child"]["line"].endswith(f"of the task's process (pid {out['pid']}), which "
+                                         "holds its place; nothing set or checked")  # fmt: skip
+    assert out["child"]["tf_config"] == out["tf_config"] is not None  # inherited, untouched
     assert not any(call.startswith("os.environ['TF_CONFIG']") for call in out["child"]["calls"])
 
 

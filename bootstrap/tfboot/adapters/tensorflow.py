@@ -86,12 +86,20 @@ def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
     """``before``: the cluster checked, nothing to do yet; ``after``: TensorFlow's plan, the
     cluster's ``TF_CONFIG``, NCCL's warnings and the peer watcher."""
     settings = budget.settings
+    # The data loader of a job JAX or PyTorch forms is no task of TensorFlow's: no TF_CONFIG,
+    # no peer watcher probing ports where nothing listens for TensorFlow.
+    forms = settings.cluster is not None and budget.role.kind != LOADER
     if stage == "before":
-        if settings.cluster is not None:
+        if forms:
             budget.cluster()  # raises on an invalid cluster, before TensorFlow's code runs
         return Plan(NAME, budget.role)
     made = make_plan(budget, facts["gpus"], facts)
-    if settings.cluster is not None:
+    if settings.cluster is not None and not forms:
+        made.decisions.append(
+            f"cluster: none for TensorFlow ({budget.role.why}, which forms the job); "
+            "TF_CONFIG not set, no peer watcher"
+        )
+    if forms:
         cluster = budget.cluster(made.local_replicas(), made.cpu_logical)
         made.cluster = cluster
         made.environ.update(cluster.environ)

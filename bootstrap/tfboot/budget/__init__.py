@@ -3,12 +3,14 @@
 A ``Budget`` holds the validated settings, what the node gives (the CPU quota, the
 memory limit) and the framework's role in the process; from them it decides the thread
 count, the host-memory budget, the GPUs and caps for a framework's device list, and the
-cluster, each with its reason. Pure apart from reading the node's cgroup files once, and
-the process's allocator when its setting is asked for.
+cluster, each with its reason. Pure apart from reading the node's cgroup files once, the
+process's pid (a task's child takes no place in the cluster), and the process's allocator
+when its setting is asked for.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -58,6 +60,7 @@ class Budget:
     cpu: CpuBudget
     memory: MemoryBudget = NO_LIMIT  # not read under HOST_MEMORY_LIMIT_MB=host
     role: Role = RUNS_MODEL
+    pid: int | None = None  # this process (None: not known, no task's child)
 
     def threads(self, framework: str) -> Threads:
         """Threads per pool (``framework`` names whose default is kept, in a warning)."""
@@ -81,8 +84,9 @@ class Budget:
 
         assert self.settings.cluster is not None
         return plan_cluster(
-            self.settings.distributed, self.settings.cluster, self.env, replicas, cpu_split
-        )
+            self.settings.distributed, self.settings.cluster, self.env, replicas, cpu_split,
+            self.pid,
+        )  # fmt: skip
 
     def launch(
         self,
@@ -97,7 +101,7 @@ class Budget:
         assert self.settings.cluster is not None
         return plan_launch(
             framework, self.settings.distributed, self.settings.cluster, self.env, visible, jax,
-            agent,
+            agent, self.pid,
         )  # fmt: skip
 
 
@@ -111,4 +115,5 @@ def make_budget(
     """The budget; ``cpu`` and ``memory`` are read from the node unless given."""
     if memory is None:
         memory = memory_budget(env, working=True) if settings.host_memory != "host" else NO_LIMIT
-    return Budget(settings, env, cpu_budget(env) if cpu is None else cpu, memory, role)
+    cpu = cpu_budget(env) if cpu is None else cpu
+    return Budget(settings, env, cpu, memory, role, os.getpid())

@@ -8,10 +8,13 @@ When the seconds run out, a thread names what the task waited for on stderr and 
 with exit status 1; the thread is told to stand down once the call returns or raises.
 PyTorch's store waits with the interpreter lock released, so the thread runs. Nothing of
 the program's is armed or replaced (``faulthandler``'s watchdog stays the program's).
+Before it ends the task, what a layer above registered with ``on_end`` runs (the usage
+report's final record, so that the end is read as the deadline's, never as a kill).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -22,6 +25,13 @@ from typing import Any
 from ..values import line
 
 EXIT_STATUS = 1  # as TensorFlow's task at DIST_STARTUP_TIMEOUT
+REASON = "DIST_STARTUP_TIMEOUT"  # the end's name, for what runs before it
+_ending: list[Callable[[str], None]] = []
+
+
+def on_end(callback: Callable[[str], None]) -> None:
+    """Run ``callback(REASON)`` before a deadline ends the process."""
+    _ending.append(callback)
 
 
 def bounded(function: Callable[..., Any], seconds: float, text: str) -> Callable[..., Any]:
@@ -38,6 +48,9 @@ def bounded(function: Callable[..., Any], seconds: float, text: str) -> Callable
             try:
                 sys.stderr.write(line("error", text) + "\n")
                 sys.stderr.flush()
+                for callback in _ending:
+                    with contextlib.suppress(Exception):
+                        callback(REASON)
             finally:
                 os._exit(EXIT_STATUS)
 

@@ -13,6 +13,15 @@ cluster, or refuses it alike). Ranks fill the types of ``DIST_TASKS`` (default: 
 rank a worker) in the order chief, worker, ps, evaluator. A task's port is ``DIST_PORT``
 (default 8888) plus its rank on its node, so tasks sharing a node differ. The batch script
 or allocation shell of a job (no ``SLURM_STEP_NODELIST``) is no task: single node.
+
+A child of a task is no task either. The process that takes a place in the cluster
+records its pid in ``TFBOOT_TASK`` (``TASK``), which every process it starts inherits:
+``torch.multiprocessing.spawn``'s ranks, ``multiprocessing`` children (fork, spawn,
+forkserver), DataLoader workers, subprocesses. A process that finds another pid there is
+a child: it gets the node's budget and no place of its own (nothing set, nothing checked,
+nothing refused), and the task's values stay in its environment as inherited. ``exec``
+keeps the pid, so a task that execs is still the task. torchrun's agent records none: its
+workers are the ranks.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError, Problem
+from ..provenance import TFBOOT, writer
 from ..values import digits, nonblank
 from . import TASK_TYPES
 from .hostlist import DISTRIBUTIONS, Distribution, expand_counts, expand_hosts
@@ -29,13 +39,14 @@ from .variables import ClusterSettings
 
 K8S_PORT = 2222
 SLURM_PORT = 8888
+TASK = "TFBOOT_TASK"  # the pid of the process holding this task's place in the cluster
 
 
 @dataclass(frozen=True)
 class Identity:
     """The checked cluster, whether tfboot builds ``TF_CONFIG`` or found it, and why."""
 
-    engine: str  # k8s, slurm, tf_config, or single (no cluster: nothing set)
+    engine: str  # k8s, slurm, tf_config, single (no cluster: nothing set), or child (of a task)
     config: TfConfig | None = None
     build: bool = False  # True: tfboot sets TF_CONFIG
     # what -> where it came from: "type", "index", "tasks", "hosts", "port"
@@ -56,8 +67,20 @@ def detect(mode: str, cluster: ClusterSettings, env: Mapping[str, str]) -> str:
     return "single"
 
 
-def identify(mode: str, cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
-    """The engine's view of this task; every problem in one ``ConfigError``."""
+def task_of(env: Mapping[str, str], pid: int) -> str | None:
+    """The pid of the task whose child process ``pid`` is (``TASK``), or None: no child."""
+    found = env.get(TASK) if writer(env, TASK) == TFBOOT else None
+    return found if found is not None and found != str(pid) else None
+
+
+def identify(mode: str, cluster: ClusterSettings, env: Mapping[str, str],
+             pid: int | None = None) -> Identity:  # fmt: skip
+    """The engine's view of this task (``pid``: this process, which may be a task's child);
+    every problem in one ``ConfigError``."""
+    task = None if pid is None else task_of(env, pid)
+    if task is not None:
+        why = f"a child (pid {pid}) of the task's process (pid {task}), which holds its place"
+        return Identity("child", sources={"single": why})
     engine = detect(mode, cluster, env)
     if engine == "tf_config":
         config = check(env[VARIABLE])

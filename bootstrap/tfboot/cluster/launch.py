@@ -40,6 +40,7 @@ from .watcher import TERM_GRACE_S
 from .world import World, world_of
 
 TORCHRUN = "TORCHELASTIC_RUN_ID"  # set by torchrun (torch.distributed.run) for its workers
+AGENT = "torchrun's agent"  # the launcher of a Launch made for torchrun itself
 AGENT_MODULES = ("torch.distributed.run", "torch.distributed.launch")  # torchrun's, run by -m
 VALUED = ("-X", "-W", "--check-hash-based-pycs")  # the interpreter's options that take a value
 DEACTIVATE_FROM = (0, 4, 36)  # JAX's cluster_detection_method="deactivate"
@@ -228,7 +229,7 @@ def _agent(launch: Launch, identity: Identity, settings: ClusterSettings,
         wanted["PET_NPROC_PER_NODE"] = str(settings.replicas_per_worker)
     meaning = {n: _integer for n in wanted} | {"PET_MASTER_ADDR": _host}
     launch.environ, launch.checked = agree(env, wanted, _why(identity, world), meaning)
-    launch.launcher = "torchrun's agent"
+    launch.launcher = AGENT
 
 
 def _torchrun(launch: Launch, settings: ClusterSettings, env: Mapping[str, str]) -> None:

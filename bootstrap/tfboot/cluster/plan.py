@@ -12,8 +12,8 @@ from typing import Any
 
 from ..errors import ConfigError, Problem
 from ..values import rows
-from .engines import Identity, identify
-from .launch import Launch, plan_jax, plan_torch
+from .engines import TASK, Identity, identify
+from .launch import AGENT, Launch, plan_jax, plan_torch
 from .launch import line as launch_line
 from .variables import ClusterSettings
 
@@ -35,6 +35,7 @@ class ClusterPlan:
     warnings: list[str] = field(default_factory=list)
     launch: Launch | None = None  # PyTorch's or JAX's values, for a task of a cluster
     framework: str = "TensorFlow"
+    pid: int | None = None  # this process, recorded in TASK where it takes a place
 
     @property
     def tf_config(self) -> str | None:
@@ -51,13 +52,21 @@ class ClusterPlan:
     @property
     def environ(self) -> dict[str, str]:
         if self.launch is not None:
-            return dict(self.launch.environ)
-        tf_config = self.tf_config
-        return {} if tf_config is None else {"TF_CONFIG": tf_config}
+            found = dict(self.launch.environ)
+        else:
+            tf_config = self.tf_config
+            found = {} if tf_config is None else {"TF_CONFIG": tf_config}
+        config = self.identity.config
+        agent = self.launch is not None and self.launch.launcher == AGENT
+        if self.pid is not None and config is not None and config.cluster and not agent:
+            found[TASK] = str(self.pid)  # its children are no tasks (engines.task_of)
+        return found
 
     def line(self) -> str:
         """The one log line: task of N, peers, port, replicas per worker, with sources."""
         identity, config = self.identity, self.identity.config
+        if identity.engine == "child":
+            return f"cluster: none here: {identity.sources['single']}; nothing set or checked"
         if config is None:
             why = identity.sources.get("single", "DISTRIBUTED=auto found no engine")
             unset = "TF_CONFIG not set" if self.framework == "TensorFlow" else "nothing set"
@@ -123,13 +132,15 @@ def plan_cluster(
     env: Mapping[str, str],
     replicas: int | None = None,
     cpu_split: int | None = None,
+    pid: int | None = None,
 ) -> ClusterPlan:
     """The cluster plan for ``DISTRIBUTED=mode`` (not off).
 
     ``replicas`` is this task's local replica count once TensorFlow listed its devices
-    (None: not checked yet), ``cpu_split`` the logical CPUs of ``VIRTUAL_SPLIT`` on CPU.
+    (None: not checked yet), ``cpu_split`` the logical CPUs of ``VIRTUAL_SPLIT`` on CPU,
+    ``pid`` this process (None: not known, no task's child).
     """
-    cluster = ClusterPlan(identify(mode, settings, env), settings)
+    cluster = ClusterPlan(identify(mode, settings, env, pid), settings, pid=pid)
     config = cluster.identity.config
     if config is None:
         return cluster
@@ -156,11 +167,13 @@ def plan_launch(
     visible: tuple[int, ...] | None = None,
     jax: tuple[int, ...] | None = None,
     agent: bool = False,
+    pid: int | None = None,
 ) -> ClusterPlan:
     """PyTorch's or JAX's cluster plan for ``DISTRIBUTED=mode`` (not off): ``visible``,
     the GPUs tfboot leaves JAX; ``jax``: its version (None: the newest); ``agent``: this
-    process is torchrun itself."""
-    cluster = ClusterPlan(identify(mode, settings, env), settings, framework=framework)
+    process is torchrun itself; ``pid``: this process (None: not known)."""
+    identity = identify(mode, settings, env, pid)
+    cluster = ClusterPlan(identity, settings, framework=framework, pid=pid)
     config = cluster.identity.config
     if config is None or not config.cluster:
         return cluster

@@ -60,9 +60,6 @@ PROBE_S = 1.0  # pause between the end of one peer's probe and the next
 CONNECT_TIMEOUT_S = 2.0
 EXIT_MARGIN_S = 5.0  # the worker ends this long after the timeout (the child's last line)
 ANSWERED, TIMED_OUT = 0, 3  # the child's exit statuses
-# Set by tfboot to the pid of the process whose child watches the peers, so that its
-# descendants (subprocesses, multiprocessing workers importing TensorFlow) start no second one.
-MARKER = "TFBOOT_PEERS_WATCHED_BY"
 NO_ANSWER = "no answer yet"
 ANSWERED_LINE = b"answered\n"  # the child's word to the worker, on its stdout
 TERM_GRACE_S = 5  # DIST_TERM_GRACE's default
@@ -312,12 +309,11 @@ def watch(
     """Start the watcher child for ``peers``; with ``timeout``, arm the exit. Never blocks.
 
     ``names``: address -> the task it is, for the lines; ``grace``: how long the worker may
-    outlive a SIGTERM. None, starting nothing, in a descendant of a process that watches
-    them already. The peers go to the child on its stdin, so their number never meets the
+    outlive a SIGTERM. None when it could not start. A descendant of the task (a subprocess,
+    a multiprocessing worker importing TensorFlow) is no task (``engines.task_of``) and
+    starts none. The peers go to the child on its stdin, so their number never meets the
     argument limits.
     """
-    if os.environ.get(MARKER, str(os.getpid())) != str(os.getpid()):
-        return None
     started = time.monotonic()
     args = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()), repr(started)]
     args += [str(timeout or 0), "quiet" if quiet else "info", str(grace)]

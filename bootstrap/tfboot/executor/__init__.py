@@ -65,7 +65,7 @@ class NotTheFramework(AttributeError):
 class Reader:
     """Reads a framework module's attributes and calls, each call made once per run."""
 
-    def __init__(self, module: ModuleType) -> None:
+    def __init__(self, module: ModuleType | None) -> None:
         self.module = module
         self._called: dict[tuple[str, tuple[Any, ...]], Any] = {}
 
@@ -183,6 +183,20 @@ def run(
         _results[name] = result
         log(result, _level(env))
         return result
+
+
+def refused_at_import(adapter: Any, env: Mapping[str, str]) -> ConfigError | None:
+    """What ``adapter``'s framework would refuse at its import in ``env``, before its code
+    runs, as a task that runs the model: the import's own settings, budget and first plan
+    (``tfboot check`` and ``show``). Nothing is imported, written or applied."""
+    stage = adapter.STAGES[0]
+    try:
+        budget = make_budget(resolve(env, adapter.READS, adapter.MODULE), env)
+        if stage == "before":
+            adapter.plan(stage, budget, adapter.facts(stage, budget, Reader(None))).check()
+    except ConfigError as exc:
+        return ConfigError(exc.problems, adapter.NAME) if adapter.QUALIFIED else exc
+    return None
 
 
 def _role(adapter: Any, name: str, env: Mapping[str, str], importing: Sequence[str]) -> Role:

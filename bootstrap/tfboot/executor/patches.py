@@ -20,7 +20,6 @@ from ..budget.gpus import cap_over_gpu
 from ..budget.hostmemory import DataDefaults
 from ..budget.malloc import Watch
 from ..errors import ConfigError, Problem
-from .environ import setenv
 
 WRAPPED = "__tfboot_wraps__"  # on tfboot's wrapper of a framework function: the original
 
@@ -99,11 +98,10 @@ def peer_watcher(
     grace: float | None,
 ) -> str | None:
     """The process that ends this task when a peer is lost (``cluster.watcher``)."""
-    from ..cluster.watcher import MARKER, TERM_GRACE_S, watch
+    from ..cluster.watcher import TERM_GRACE_S, watch
 
     if watch(peers, timeout, quiet=quiet, names=names, grace=grace or TERM_GRACE_S) is None:
         return None
-    setenv(MARKER, str(os.getpid()))  # a child process inherits it: it starts no second one
     return f"peer watcher started for {len(peers)} peer(s)"
 
 

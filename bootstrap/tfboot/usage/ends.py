@@ -2,8 +2,9 @@
 
 The exit status and the signal's disposition stay exactly what they would be without
 tfboot. ``atexit`` reports a normal end, ``sys.exit`` and an uncaught exception (named by a
-chained ``sys.excepthook``; the program's hook still prints). SIGTERM, where the program
-has no handler of its own yet: the final report, then the signal again with its default
+chained ``sys.excepthook``; the program's hook still prints); ``cluster.deadline`` the end
+``DIST_STARTUP_TIMEOUT`` gives a PyTorch task, as ``DIST_STARTUP_TIMEOUT``. SIGTERM, where
+the program has no handler of its own yet: the final report, then the signal again with its default
 action, so the process still ends by it. Where the program had a handler before the
 framework's import: a snapshot is asked for (no I/O in the handler), then the program's
 handler runs and decides; one installed later simply replaces tfboot's. A forked child
@@ -30,7 +31,10 @@ PID1_IGNORED = "SIGTERM (ignored: PID 1 without a handler)"
 
 def hook(report: Any) -> None:
     """Hook the process's ends for ``report`` (an ``usage.Report``)."""
+    from ..cluster.deadline import on_end
+
     atexit.register(_quietly, report.finish, "exit")
+    on_end(report.finish)  # DIST_STARTUP_TIMEOUT ends the task with os._exit: no atexit
     _chain_excepthook(report)
     _on_sigterm(report)
 
