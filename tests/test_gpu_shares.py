@@ -208,6 +208,36 @@ def test_nccl_adds_to_the_headroom_where_it_will_run(env: dict[str, str]) -> Non
 
 
 @pytest.mark.parametrize(
+    ("env", "why"),
+    [
+        ({"DISTRIBUTED": "auto", "JOB_COMPLETION_INDEX": "1", "DIST_TASKS": "2",
+          "DIST_HOSTS": "worker=w-{i}.train"}, "DISTRIBUTED=auto found k8s"),
+        ({"DISTRIBUTED": "auto", "SLURM_JOB_ID": "7", "SLURM_PROCID": "0",
+          "SLURM_STEP_NODELIST": "node1"}, "DISTRIBUTED=auto found slurm"),
+        ({"DISTRIBUTED": "k8s", "DIST_TASKS": "2", "DIST_HOSTS": "worker=w-{i}.train",
+          "DIST_TASK_INDEX": "0"}, "DISTRIBUTED=k8s"),
+    ],
+)  # fmt: skip
+def test_nccl_is_charged_where_an_engine_forms_a_group(env: dict[str, str], why: str) -> None:
+    cap, source = framework_cap({HAMI: "8192m", "CUDA_VISIBLE_DEVICES": "0", **env}, "torch")
+    assert cap == 8192 - 1024 - 1024
+    assert source.endswith(f"and 1024 MiB for NCCL: {why})"), source
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"DISTRIBUTED": "auto"},  # no engine: one process, its line says "single node"
+        {"DISTRIBUTED": "auto", "SLURM_JOB_ID": "7"},  # a batch script, outside srun
+        {"DISTRIBUTED": "slurm", "SLURM_JOB_ID": "7"},
+    ],
+)
+def test_no_group_no_room_for_nccl(env: dict[str, str]) -> None:
+    cap, source = framework_cap({HAMI: "8192m", "CUDA_VISIBLE_DEVICES": "0", **env}, "torch")
+    assert cap == 8192 - 1024 and "NCCL" not in source
+
+
+@pytest.mark.parametrize(
     "env",
     [
         {"CUDA_VISIBLE_DEVICES": "0"},

@@ -122,8 +122,18 @@ class TestDevicePluginAuto:
         )
 
     def test_hami_for_all_devices(self) -> None:
-        settings = resolve({"MEMORY_LIMIT_MB": "AUTO", "CUDA_DEVICE_MEMORY_LIMIT": "4096"})
+        settings = resolve({"MEMORY_LIMIT_MB": "AUTO", "CUDA_DEVICE_MEMORY_LIMIT": "4096m"})
         assert settings.caps_mb(3) == 4096 - 1536
+
+    @pytest.mark.parametrize("value", ["4g", "4096m", "4194304k", "4294967296", "4294967296 "])
+    def test_hami_amounts_as_hami_core_reads_them(self, value: str) -> None:
+        """HAMi-core's own forms: a bare number is bytes."""
+        settings = resolve({"MEMORY_LIMIT_MB": "auto", "CUDA_DEVICE_MEMORY_LIMIT": value})
+        assert settings.caps_mb(0) == 4096 - 1536
+
+    def test_a_bare_hami_number_is_bytes_not_mib(self) -> None:
+        text = problem_text({"MEMORY_LIMIT_MB": "auto", "CUDA_DEVICE_MEMORY_LIMIT": "4096"})
+        assert "CUDA_DEVICE_MEMORY_LIMIT='4096'" in text and "a bare number is bytes" in text
 
     def test_hami_share_too_small_for_the_headroom(self) -> None:
         env = {"MEMORY_LIMIT_MB": "auto", "CUDA_DEVICE_MEMORY_LIMIT_0": "1536m"}

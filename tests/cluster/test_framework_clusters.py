@@ -487,6 +487,31 @@ def test_show_says_what_each_installed_framework_gets() -> None:
     assert clusters["PyTorch"]["tf_config"] is None
 
 
+def test_check_and_show_say_what_each_import_refuses() -> None:
+    """DIST_TERM_GRACE is TensorFlow's and JAX's: PyTorch's import refuses it. ``check``
+    fails naming PyTorch, as ``import torch`` would; ``show`` lists the error in place of
+    PyTorch's cluster, and JAX's plan as it is."""
+    env = scenario_env({"DISTRIBUTED": "k8s", **K8S, "DIST_TERM_GRACE": "10"})
+    done = subprocess.run([sys.executable, "-m", "tfboot", "check", "--json"], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 1, done.stdout
+    problems = json.loads(done.stdout)["problems"]
+    assert [(p["variable"], p["framework"]) for p in problems] == [("DIST_TERM_GRACE", "PyTorch")]
+    imported = subprocess.run([sys.executable, "-c", "import torch"], env=env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert imported.returncode != 0 and "DIST_TERM_GRACE" in imported.stderr
+    text = subprocess.run([sys.executable, "-m", "tfboot", "check"], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert text.returncode == 1 and "all valid" not in text.stdout
+    assert text.stderr.startswith("tfboot: error: PyTorch: DIST_TERM_GRACE='10' ")
+    shown = subprocess.run([sys.executable, "-m", "tfboot", "show", "--json"], env=env,
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    found = json.loads(shown.stdout)
+    assert list(found["refused"]) == ["PyTorch"]
+    assert found["clusters"]["PyTorch"] == {"error": found["refused"]["PyTorch"]}
+    assert found["clusters"]["JAX"]["launch"]["arguments"]["heartbeat_timeout_seconds"] == 10
+
+
 def test_doctor_gives_each_framework_its_cluster_line() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tfboot", "doctor", "--framework", "torch", "--framework", "jax"],

@@ -89,6 +89,26 @@ def _mib(variable: str, value: str, problems: list[Problem]) -> int | None:
     return mib
 
 
+def _hami_mib(variable: str, value: str, problems: list[Problem]) -> int | None:
+    """A HAMi amount as HAMi-core reads it: ``1g``, ``1024m``, ``1048576k``, or a bare number
+    of bytes (``1073741824``); whole MiB, rounded down (the cap stays inside the share)."""
+    match = re.fullmatch(r"\s*([0-9]+)\s*([kmg]?)\s*", value, re.IGNORECASE)
+    amount = digits(match.group(1)) if match else None
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    mib = amount * scale[match.group(2).lower()] >> 20 if match and amount else 0
+    if not 0 < mib <= _MAX_MIB:
+        problems.append(
+            Problem(
+                variable,
+                value,
+                "expected an amount as HAMi-core reads it, from 1 MiB to 1 TiB, such as 6g, "
+                "6144m, 6291456k or 6442450944 (a bare number is bytes)",
+            )
+        )
+        return None
+    return mib
+
+
 def _hami(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
     """HAMi's caps: ``CUDA_DEVICE_MEMORY_LIMIT`` for every GPU, ``..._<i>`` per GPU."""
     per_gpu: dict[int, int] = {}
@@ -97,13 +117,13 @@ def _hami(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None
         suffix = name[len(HAMI_PREFIX) :]
         if name.startswith(HAMI_PREFIX) and suffix.isascii() and suffix.isdigit():
             names.append(f"{name}={value}")
-            mib = _mib(name, value, problems)
+            mib = _hami_mib(name, value, problems)
             index = digits(suffix)
             if mib is not None and index is not None:
                 per_gpu[index] = mib
     if not names:
         return None
-    default = _mib(HAMI_ALL, env[HAMI_ALL], problems) if HAMI_ALL in env else None
+    default = _hami_mib(HAMI_ALL, env[HAMI_ALL], problems) if HAMI_ALL in env else None
     source = f"HAMi {', '.join(names)}"
     return PluginLimit(default, per_gpu, source)
 
