@@ -6,7 +6,9 @@ nothing: the same work, the same speed, the same page faults as with tfboot off.
 runs in a fresh container under ``docker run --memory=M --memory-swap=M --cpus=C``, tfboot on
 (nothing set) and off (``TFBOOT_DISABLE=1``) alternating, ``--runs`` containers a side; in
 each, ``--warmup`` untimed steps, then ``--steps`` timed ones. Reported per case: steps/s
-(the median of the runs' rates), the minor page faults of the timed steps (``getrusage``
+(the median of the runs' rates) and their ratio on/off, the median of each run's own ratio
+(the two sides of one run go back to back, so the machine's drift over the minutes of a
+case cancels), the minor page faults of the timed steps (``getrusage``
 ``ru_minflt``: exact for the work, unlike a timing on a shared machine), the CPU seconds per
 step, and the ratios on/off.
 
@@ -164,13 +166,18 @@ SIDES = {"tfboot on": {}, "tfboot off": {"TFBOOT_DISABLE": "1"}}
 class Side:
     """Every run of one case on one side."""
 
-    rates: list[float] = field(default_factory=list)
+    rates: dict[int, float] = field(default_factory=dict)  # run -> steps/s
     faults: list[int] = field(default_factory=list)
     cpus: list[float] = field(default_factory=list)
     failed: int = 0
 
     def rate(self) -> float:
-        return statistics.median(self.rates)
+        return statistics.median(self.rates.values())
+
+    def paired(self, other: Side) -> float:
+        """The median over the runs both sides finished of this side's rate over ``other``'s."""
+        return statistics.median(v / other.rates[r] for r, v in self.rates.items()
+                                 if r in other.rates)  # fmt: skip
 
 
 def run_once(image: str, case: str, steps: int, env: dict[str, str],
@@ -216,15 +223,16 @@ def main() -> None:
                 if result is None:
                     cell.failed += 1
                     continue
-                cell.rates.append(steps / result["wall"])
+                cell.rates[run] = steps / result["wall"]
                 cell.faults.append(result["faults"])
                 cell.cpus.append(result["cpu"] / steps)
             print(f"  run {run + 1}: {case}", file=sys.stderr)
     print(f"image {image}; --memory={args.memory} (no swap) --cpus={args.cpus:g}; {args.runs} "
           f"containers per case and side, alternating; tfboot off: TFBOOT_DISABLE=1")  # fmt: skip
     print(
-        "| case | steps/s on | steps/s off | on/off | minor faults on: min / median / max | off "
-        "| on/off (minima) | on/off (medians) | CPU ms/step on | off |"
+        "| case | steps/s on | steps/s off | on/off (paired) "
+        "| minor faults on: min / median / max | off | on/off (minima) | on/off (medians) "
+        "| CPU ms/step on | off |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for case in planned:
@@ -234,7 +242,7 @@ def main() -> None:
             continue
         print(
             f"| {case} | {on.rate():.2f} | {off.rate():.2f} "
-            f"| {on.rate() / off.rate():.3f} | {_faults(on.faults)} | {_faults(off.faults)} "
+            f"| {on.paired(off):.3f} | {_faults(on.faults)} | {_faults(off.faults)} "
             f"| {min(on.faults) / max(1, min(off.faults)):.2f} "
             f"| {statistics.median(on.faults) / max(1, statistics.median(off.faults)):.2f} "
             f"| {1e3 * sum(on.cpus) / len(on.cpus):.1f} "

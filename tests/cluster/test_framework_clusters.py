@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from support import free_ports, scenario_env, started
-from tfboot.cluster.launch import HEARTBEAT_FROM, torchrun_agent
+from tfboot.cluster.launch import HEARTBEAT_FROM, torchrun_options
 from tfboot.cluster.plan import plan_launch
 from tfboot.errors import ConfigError
 from tfboot.settings import resolve
@@ -47,7 +47,7 @@ SLURM = {
 
 
 def launch(framework: str, mode: str, env: dict[str, str], jax: tuple[int, ...] | None = None,
-           agent: bool = False):  # fmt: skip
+           agent: tuple[str, ...] | None = None):  # fmt: skip
     settings = resolve({**env, "DISTRIBUTED": mode}, ("DISTRIBUTED",))
     assert settings.cluster is not None
     return plan_launch(framework, mode, settings.cluster, env, None, jax, agent)
@@ -61,7 +61,7 @@ def error(framework: str, mode: str, env: dict[str, str]) -> str:
 
 def error_agent(env: dict[str, str]) -> str:
     with pytest.raises(ConfigError) as info:
-        launch("PyTorch", "k8s", env, agent=True)
+        launch("PyTorch", "k8s", env, agent=())
     return str(info.value)
 
 
@@ -192,24 +192,54 @@ class TestPlans:
         )
 
     @pytest.mark.parametrize(
-        ("argv", "agent"),
+        ("argv", "options"),
         [
-            (["/venv/bin/python", "/venv/bin/torchrun", "--nproc-per-node=2", "t.py"], True),
-            (["python3", "-X", "utf8", "-m", "torch.distributed.run", "t.py"], True),
-            (["python3", "-m", "torch.distributed.launch", "t.py"], True),
-            (["python3", "train.py", "-m", "torch.distributed.run"], False),
-            (["python3", "-c", "import torch"], False),
-            (["python3"], False),
+            (["/venv/bin/python", "/venv/bin/torchrun", "--nproc-per-node=2", "t.py", "--lr", "1"],
+             ("--nproc-per-node=2",)),
+            (["python3", "-X", "utf8", "-m", "torch.distributed.run", "t.py"], ()),
+            (["python3", "-m", "torch.distributed.launch", "--nnodes", "2", "--standalone", "t.py",
+              "--standalone"], ("--nnodes", "2", "--standalone")),
+            (["python3", "/usr/bin/torchrun", "-t", "3", "-m", "pkg.train", "--rdzv-conf", "x=1"],
+             ("-t", "3", "-m")),
+            (["python3", "train.py", "-m", "torch.distributed.run"], None),
+            (["python3", "-c", "import torch"], None),
+            (["python3"], None),
         ],
-    )
+    )  # fmt: skip
     def test_torchrun_itself_is_known_by_its_command_line(
-        self, argv: list[str], agent: bool
+        self, argv: list[str], options: tuple[str, ...] | None
     ) -> None:
-        assert torchrun_agent(argv) is agent
+        """Its own options end at the script: the script's are not torchrun's."""
+        assert torchrun_options(argv) == options
+
+    def test_the_startup_timeout_bounds_torchrun_s_rendezvous(self) -> None:
+        env = {**K8S, "DIST_STARTUP_TIMEOUT": "30"}
+        cluster = launch("PyTorch", "k8s", env, agent=("--nproc-per-node=2",))
+        assert cluster.environ["PET_RDZV_CONF"] == "timeout=30,join_timeout=30"
+        assert "PET_RDZV_CONF=timeout=30,join_timeout=30" in cluster.line()
+        for given, mine in ((("--rdzv-conf=read_timeout=9",), {}),
+                            ((), {"PET_RDZV_CONF": "read_timeout=9"})):  # fmt: skip
+            kept = launch("PyTorch", "k8s", {**env, **mine}, agent=given)
+            assert "PET_RDZV_CONF" not in kept.environ
+            assert kept.warnings == ["DIST_STARTUP_TIMEOUT=30 is not given to torchrun's "
+                                     "rendezvous: --rdzv-conf is yours; add timeout and "
+                                     "join_timeout to it"]  # fmt: skip
+
+    @pytest.mark.parametrize(("options", "env"), [(("--standalone",), {}),
+                                                  ((), {"PET_STANDALONE": "1"})])  # fmt: skip
+    def test_a_standalone_torchrun_is_a_job_of_its_node(self, options, env) -> None:
+        cluster = launch("PyTorch", "k8s", {**K8S, **env}, agent=options)
+        assert cluster.launch is not None and cluster.launch.environ == {}
+        assert set(cluster.environ) == set()  # no pid: no TFBOOT_TASK either
+        assert cluster.line() == (
+            "cluster: PyTorch under torchrun --standalone, a job of this node alone (k8s task "
+            "2 of 3 not joined); nothing set"
+        )
+        assert "the 3 tasks of the cluster are not joined" in cluster.warnings[0]
 
     def test_torchrun_itself_gets_its_options_as_kubeflow_trainer_gives_them(self) -> None:
         env = {**K8S, "DIST_REPLICAS_PER_WORKER": "4", "PET_NNODES": "3"}
-        cluster = launch("PyTorch", "k8s", env, agent=True)
+        cluster = launch("PyTorch", "k8s", env, agent=())
         assert cluster.environ == {
             "PET_NODE_RANK": "2",
             "PET_MASTER_ADDR": "w-0.train",
@@ -434,6 +464,40 @@ def test_a_plain_torchrun_in_each_task_joins_the_job(start) -> None:
                                                         ("1", "2")]  # fmt: skip
     weights = reference("torch")
     assert all(f["weights"] == pytest.approx(weights, rel=1e-12) for f in found)
+
+
+def test_a_standalone_torchrun_in_each_task_trains_as_without_tfboot(start) -> None:
+    """PyTorch's recipe for one node, ``torchrun --standalone --nproc-per-node=2``, in each
+    of two tasks: each task is a job of its own (two ranks), as without tfboot; tfboot's line
+    says so and its workers are no tasks of the cluster."""
+    runs = []
+    for env in tasks(2):
+        env = {**env, "DIST_STARTUP_TIMEOUT": "60", "TFBOOT_LOG": "info"}
+        launcher = ("-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2")
+        runs.append(start(env, "torch", "multi", launcher=launcher))
+    for process in runs:
+        out, err = process.communicate(timeout=LIMIT_S + 10)
+        assert process.returncode == 0, err[-3000:]
+        found = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        assert sorted(f["rank"] for f in found) == [0, 1] and {f["world"] for f in found} == {2}
+        assert "cluster: PyTorch under torchrun --standalone, a job of this node alone" in err
+        assert "cluster: none here: a child (pid " in err  # each worker
+
+
+def test_torchrun_s_rendezvous_ends_at_the_startup_timeout(start) -> None:
+    """Task 0 of two under ``torchrun --nproc-per-node=1``, its peer never started: torchrun's
+    agent ends once DIST_STARTUP_TIMEOUT=4 ran out in its rendezvous (its own static
+    rendezvous waits 600 s)."""
+    env = {**tasks(2)[0], "DIST_STARTUP_TIMEOUT": "4", "TFBOOT_LOG": "info"}
+    began = time.monotonic()
+    process = start(env, "torch", "multi", launcher=("-m", "torch.distributed.run",
+                                                       "--nproc-per-node=1"))  # fmt: skip
+    _, err = process.communicate(timeout=LIMIT_S)
+    took = time.monotonic() - began
+    # the import of torch in the agent comes first: tens of seconds on a loaded machine
+    assert process.returncode != 0 and took < 4 + 90, (took, err[-3000:])
+    assert "PET_RDZV_CONF=timeout=4,join_timeout=4" in err
+    assert "Timed out after" in err or "timed out" in err.lower(), err[-3000:]
 
 
 @pytest.mark.slow

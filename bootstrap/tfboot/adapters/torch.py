@@ -74,11 +74,11 @@ def role(importing: Sequence[str], taken: Sequence[str], backend: Callable[[], s
 def facts(stage: str, budget: Budget, read: Read) -> dict[str, Any]:
     """Whether this process is torchrun itself; ``after``: the devices CUDA will list on a
     CUDA build, and whether CUDA started."""
-    agent = False
+    agent = None
     if budget.settings.cluster is not None:  # the cluster's code loads only when it is used
-        from ..cluster.launch import torchrun_agent
+        from ..cluster.launch import torchrun_options
 
-        agent = torchrun_agent(getattr(sys, "orig_argv", sys.argv))
+        agent = torchrun_options(getattr(sys, "orig_argv", sys.argv))
     if stage != "after":
         return {"agent": agent}
     cuda_build = read.attr("version.cuda") is not None
@@ -111,9 +111,9 @@ def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
     return made
 
 
-def plan_torch(budget: Budget, devices: list[str], agent: bool = False) -> Plan:
+def plan_torch(budget: Budget, devices: list[str], agent: tuple[str, ...] | None = None) -> Plan:
     """PyTorch's plan; ``devices``: what CUDA lists before narrowing (see ``cuda_devices``);
-    ``agent``: this process is torchrun itself."""
+    ``agent``: this process is torchrun itself, with these options of its own."""
     settings, env = budget.settings, budget.env
     plan = Plan(NAME, budget.role)
     refusals(plan, settings)
@@ -143,6 +143,7 @@ def plan_torch(budget: Budget, devices: list[str], agent: bool = False) -> Plan:
     if settings.cluster is not None and plan.role.runs_model:
         plan.cluster = budget.launch(NAME, agent=agent)
         plan.environ.update(plan.cluster.environ)
+        plan.warnings += plan.cluster.warnings
         deadline = plan.cluster.launch.deadline if plan.cluster.launch else None
         if deadline is not None:
             needs = ("distributed.init_process_group",)

@@ -93,7 +93,7 @@ class Budget:
         framework: str,
         visible: tuple[int, ...] | None = None,
         jax: tuple[int, ...] | None = None,
-        agent: bool = False,
+        agent: tuple[str, ...] | None = None,
     ) -> ClusterPlan:
         """PyTorch's or JAX's place in the cluster (``DISTRIBUTED`` must not be off)."""
         from ..cluster.plan import plan_launch

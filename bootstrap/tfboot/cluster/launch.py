@@ -27,7 +27,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +41,13 @@ from .world import World, world_of
 
 TORCHRUN = "TORCHELASTIC_RUN_ID"  # set by torchrun (torch.distributed.run) for its workers
 AGENT = "torchrun's agent"  # the launcher of a Launch made for torchrun itself
+RDZV_CONF = "PET_RDZV_CONF"  # torchrun's --rdzv-conf
 AGENT_MODULES = ("torch.distributed.run", "torch.distributed.launch")  # torchrun's, run by -m
+# torchrun's options that take no value (torch.distributed.run's parser); the others take one
+TORCHRUN_FLAGS = frozenset({"-h", "--help", "--standalone", "-m", "--module", "--no-python",
+                            "--no_python", "--run-path", "--run_path", "--virtual-local-rank",
+                            "--virtual_local_rank"})  # fmt: skip
+STANDALONE = "torchrun --standalone"  # the launcher of a Launch for a standalone torchrun
 VALUED = ("-X", "-W", "--check-hash-based-pycs")  # the interpreter's options that take a value
 DEACTIVATE_FROM = (0, 4, 36)  # JAX's cluster_detection_method="deactivate"
 HEARTBEAT_FROM = (0, 7, 0)  # jax.distributed.initialize's heartbeat_timeout_seconds
@@ -68,6 +74,7 @@ class Launch:
     replicas: tuple[str, int] | None = None
     # DIST_STARTUP_TIMEOUT for PyTorch's init_process_group: the seconds, and what is awaited
     deadline: tuple[int, str] | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -155,26 +162,46 @@ def _why(identity: Identity, world: World) -> str:
     )
 
 
-def torchrun_agent(argv: list[str]) -> bool:
-    """Whether the interpreter's command line (``sys.orig_argv``) runs torchrun itself."""
+def torchrun_options(argv: Sequence[str]) -> tuple[str, ...] | None:
+    """torchrun's own options when the interpreter's command line (``sys.orig_argv``) runs
+    torchrun itself (those before the script it starts), else None."""
     words = iter(argv[1:])
     for word in words:  # the interpreter's options, then what it runs
         if word == "-m":
-            return next(words, "") in AGENT_MODULES
+            found = next(words, "") in AGENT_MODULES
+            return _own(list(words)) if found else None
         if word in VALUED:
             next(words, "")
         elif word == "-c" or not word.startswith("-"):
-            return word.rpartition("/")[2] == "torchrun"
-    return False
+            return _own(list(words)) if word.rpartition("/")[2] == "torchrun" else None
+    return None
+
+
+def _own(words: list[str]) -> tuple[str, ...]:
+    """torchrun's options, up to the script (its first word that is no option's value)."""
+    own: list[str] = []
+    words_left = iter(words)
+    for word in words_left:
+        if not word.startswith("-"):
+            break
+        own.append(word)
+        if word not in TORCHRUN_FLAGS and "=" not in word:
+            own.append(next(words_left, ""))
+    return tuple(own)
+
+
+def _option(options: Sequence[str], *names: str) -> bool:
+    """Whether torchrun's ``options`` give one of ``names`` (``--name`` or ``--name=...``)."""
+    return any(o in names or o.partition("=")[0] in names for o in options)
 
 
 def plan_torch(identity: Identity, settings: ClusterSettings, env: Mapping[str, str],
-               mode: str, agent: bool = False) -> Launch:  # fmt: skip
+               mode: str, agent: Sequence[str] | None = None) -> Launch:  # fmt: skip
     """PyTorch's variables for ``identity`` (a task of a cluster); ``agent``: this process
-    is torchrun itself (``torchrun_agent``)."""
+    is torchrun itself, with these options of its own (``torchrun_options``)."""
     world = world_of(identity, "PyTorch", _given(identity, settings, mode))
     launch = Launch("PyTorch", world)
-    if settings.startup_timeout is not None and not agent:
+    if settings.startup_timeout is not None and agent is None:
         if world.rank:
             waits = f"rank {world.rank} of {world.size} waited for rank 0 at {world.coordinator}"
         else:
@@ -185,8 +212,8 @@ def plan_torch(identity: Identity, settings: ClusterSettings, env: Mapping[str, 
     if user_value(env, TORCHRUN) is not None:
         _torchrun(launch, settings, env)
         return launch
-    if agent:
-        _agent(launch, identity, settings, env)
+    if agent is not None:
+        _agent(launch, identity, settings, env, agent)
         return launch
     expected = settings.replicas_per_worker
     if expected is not None and expected != 1:
@@ -215,9 +242,20 @@ def plan_torch(identity: Identity, settings: ClusterSettings, env: Mapping[str, 
 
 
 def _agent(launch: Launch, identity: Identity, settings: ClusterSettings,
-           env: Mapping[str, str]) -> None:  # fmt: skip
-    """torchrun's options for its static rendezvous: one node per task, task 0 its host."""
+           env: Mapping[str, str], options: Sequence[str]) -> None:  # fmt: skip
+    """torchrun's options for its static rendezvous: one node per task, task 0 its host;
+    ``DIST_STARTUP_TIMEOUT`` bounds its rendezvous (``timeout``, ``join_timeout``) unless
+    ``--rdzv-conf`` is the user's. Under ``--standalone`` a job of this node alone: nothing."""
     world = launch.world
+    if _option(options, "--standalone") or user_value(env, "PET_STANDALONE") is not None:
+        launch.launcher = STANDALONE
+        if world.size > 1:
+            launch.warnings.append(
+                f"torchrun --standalone forms a job of this task's node alone: the "
+                f"{world.size} tasks of the cluster are not joined (each trains on its own, as "
+                "without tfboot); drop --standalone to form one job of them"
+            )
+        return
     host, port = world.master
     wanted = {
         "PET_NNODES": str(world.size),
@@ -230,6 +268,16 @@ def _agent(launch: Launch, identity: Identity, settings: ClusterSettings,
     meaning = {n: _integer for n in wanted} | {"PET_MASTER_ADDR": _host}
     launch.environ, launch.checked = agree(env, wanted, _why(identity, world), meaning)
     launch.launcher = AGENT
+    seconds = settings.startup_timeout
+    if seconds is None:
+        return
+    if _option(options, "--rdzv-conf", "--rdzv_conf") or user_value(env, RDZV_CONF):
+        launch.warnings.append(
+            f"DIST_STARTUP_TIMEOUT={seconds} is not given to torchrun's rendezvous: "
+            "--rdzv-conf is yours; add timeout and join_timeout to it"
+        )
+        return
+    launch.environ[RDZV_CONF] = f"timeout={seconds},join_timeout={seconds}"
 
 
 def _torchrun(launch: Launch, settings: ClusterSettings, env: Mapping[str, str]) -> None:
@@ -342,6 +390,11 @@ def line(launch: Launch, identity: Identity) -> str:
     what = _why(identity, world)
     src = identity.sources
     port = f" (port: {src['port']})" if "port" in src else ""
+    if launch.launcher == STANDALONE:
+        return (
+            f"cluster: PyTorch under {STANDALONE}, a job of this node alone ({identity.engine} "
+            f"task {world.rank} of {world.size} not joined); nothing set"
+        )
     if launch.launcher and not launch.environ:
         checked = ", ".join(launch.checked) or "nothing to compare"
         return (

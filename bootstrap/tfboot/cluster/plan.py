@@ -166,12 +166,12 @@ def plan_launch(
     env: Mapping[str, str],
     visible: tuple[int, ...] | None = None,
     jax: tuple[int, ...] | None = None,
-    agent: bool = False,
+    agent: tuple[str, ...] | None = None,
     pid: int | None = None,
 ) -> ClusterPlan:
     """PyTorch's or JAX's cluster plan for ``DISTRIBUTED=mode`` (not off): ``visible``,
     the GPUs tfboot leaves JAX; ``jax``: its version (None: the newest); ``agent``: this
-    process is torchrun itself; ``pid``: this process (None: not known)."""
+    process is torchrun itself, with these options; ``pid``: this process (None: not known)."""
     identity = identify(mode, settings, env, pid)
     cluster = ClusterPlan(identity, settings, framework=framework, pid=pid)
     config = cluster.identity.config
@@ -179,6 +179,7 @@ def plan_launch(
         return cluster
     if framework == "PyTorch":
         cluster.launch = plan_torch(cluster.identity, settings, env, mode, agent)
+        cluster.warnings += cluster.launch.warnings
     else:
         cluster.launch = plan_jax(cluster.identity, settings, env, mode, visible, jax)
         proxy = _proxy_warning(env, config.peers, "JAX's coordination service (gRPC)")
