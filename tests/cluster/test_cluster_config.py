@@ -397,6 +397,31 @@ class TestCommands:
         assert result.returncode == 1
         assert "lists 3 worker host(s), DIST_TASKS counts 2" in result.stderr
 
+    def test_check_passes_the_multi_worker_overlay_outside_a_pod(self, tmp_path) -> None:
+        """The overlay's values in an env file, as CI or an image build has them: no
+        JOB_COMPLETION_INDEX, no srun. Each index of the type is checked (the first and the
+        last), srun's layout is left to run time; a real problem still fails."""
+        overlay = tmp_path / "multi-worker.env"
+        overlay.write_text("DISTRIBUTED=k8s\nDIST_TASKS=4\nDIST_HOSTS=worker=w-{i}.svc\n"
+                           "DIST_STARTUP_TIMEOUT=600\n")  # fmt: skip
+        result = run_module(["tfboot", "check", "--env-file", str(overlay)], {}, timeout=60)
+        assert result.returncode == 0, result.stderr
+        later = "cluster: worker indexes 0 to 3 checked (JOB_COMPLETION_INDEX comes at run time)"
+        assert later in result.stdout
+        short = tmp_path / "short.env"
+        short.write_text("DISTRIBUTED=k8s\nDIST_TASKS=4\nDIST_HOSTS=worker=a,b,c\n")
+        failed = run_module(["tfboot", "check", "--env-file", str(short)], {}, timeout=60)
+        assert failed.returncode == 1 and "lists 3 worker host(s), DIST_TASKS counts 4" in (
+            failed.stderr
+        )
+        slurm = tmp_path / "slurm.env"
+        slurm.write_text("DISTRIBUTED=slurm\nDIST_TASKS=chief=1,worker=3\nDIST_PORT=9000\n")
+        found = run_module(["tfboot", "check", "--json", "--env-file", str(slurm)], {}, timeout=60)
+        assert found.returncode == 0, found.stderr
+        assert last_json(found.stdout)["cluster"] == (
+            "srun's variables come at run time: checked as a step of 4 task(s) on one node"
+        )
+
     def test_off_reads_no_dist_variable(self) -> None:
         result = run_module(["tfboot", "check", "--json"], {"DIST_TASKS": "bad"}, timeout=60)
         assert result.returncode == 0 and "DIST_TASKS" not in result.stdout
