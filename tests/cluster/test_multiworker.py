@@ -104,6 +104,35 @@ print("not reached")
 """
 
 
+OWN_WATCHDOG = """
+import faulthandler
+import tensorflow as tf
+faulthandler.dump_traceback_later(1)  # the program's own hang watchdog
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+print("not reached")
+"""
+
+
+def test_the_program_s_own_faulthandler_watchdog_stays_armed() -> None:
+    """tfboot ends a task stuck on its peers without faulthandler: the watchdog the program
+    arms (faulthandler has one) dumps its traceback at 1 s, and the task still ends at
+    DIST_STARTUP_TIMEOUT. (Armed after the import here: a dump while TensorFlow's import
+    started its threads crashed the process in one run of four.)"""
+    own, absent = free_ports(2)
+    env = {
+        "DISTRIBUTED": "k8s",
+        "DIST_TASKS": "2",
+        "DIST_HOSTS": f"worker=localhost:{own},localhost:{absent}",
+        "JOB_COMPLETION_INDEX": "0",
+        "DIST_STARTUP_TIMEOUT": "6",
+    }
+    result = run_python(OWN_WATCHDOG, env, timeout=LIMIT_S)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Timeout (0:00:01)!" in result.stderr, result.stderr[-3000:]
+    assert "DIST_STARTUP_TIMEOUT=6 reached, ending this worker (exit status 1)" in result.stderr
+
+
 def test_missing_peers_are_named_then_the_startup_timeout_ends_the_worker() -> None:
     own, absent = free_ports(2)
     env = {

@@ -600,3 +600,22 @@ def test_a_program_s_own_sigterm_handling_is_left_to_it(setup: str) -> None:
     assert "slept" in out, err
     if "own handler" in setup:
         assert process.returncode == 0 and "own handler" in out, err
+
+
+OWN_FAULTHANDLER = """
+import faulthandler, os, signal, sys, time
+faulthandler.register(signal.SIGTERM, file=sys.stdout)  # the program's, before the import
+""" + TORCH + """
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(1)
+print("went on", flush=True)
+"""
+
+
+def test_a_program_s_own_faulthandler_for_sigterm_is_left_to_it() -> None:
+    """``faulthandler.register(SIGTERM)`` before the framework's import: SIGTERM dumps the
+    traceback and the program goes on, as without tfboot (tfboot's handler would have ended
+    it, and its watch replaced the registration)."""
+    done = run(OWN_FAULTHANDLER, {})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "most recent call first" in done.stdout and "went on" in done.stdout

@@ -1,4 +1,4 @@
-"""PyTorch's startup deadline (``DIST_STARTUP_TIMEOUT``): a group forms in time, or the task ends.
+"""The startup deadline (``DIST_STARTUP_TIMEOUT``): a group forms in time, or the task ends.
 
 PyTorch has one ``timeout`` for the rendezvous and every collective after it, so tfboot
 leaves it alone and bounds the wait alone: each call of ``init_process_group`` must return
@@ -10,11 +10,19 @@ PyTorch's store waits with the interpreter lock released, so the thread runs. No
 the program's is armed or replaced (``faulthandler``'s watchdog stays the program's).
 Before it ends the task, what a layer above registered with ``on_end`` runs (the usage
 report's final record, so that the end is read as the deadline's, never as a kill).
+
+TensorFlow holds the interpreter lock while it waits for its peers in C++, so no Python
+thread can end its task. ``exit_later`` arms a POSIX timer whose expiry runs the C
+library's ``_exit`` in a thread of the C library's own (``SIGEV_THREAD``): no interpreter
+lock, no signal, nothing of the program's replaced (``faulthandler``'s one watchdog stays
+the program's; it is the fallback only where the C library lacks such timers).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import functools
 import os
 import sys
@@ -61,3 +69,53 @@ def bounded(function: Callable[..., Any], seconds: float, text: str) -> Callable
             done.set()
 
     return call
+
+
+CLOCK_MONOTONIC, SIGEV_THREAD = 1, 2  # <time.h>, <signal.h> (Linux)
+
+
+class _SigEvent(ctypes.Structure):
+    """``struct sigevent`` for ``SIGEV_THREAD`` (64 bytes on Linux)."""
+
+    _fields_ = (("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                ("function", ctypes.c_void_p), ("attribute", ctypes.c_void_p),
+                ("pad", ctypes.c_byte * 32))  # fmt: skip
+
+
+class _TimeSpec(ctypes.Structure):
+    _fields_ = (("seconds", ctypes.c_long), ("nanoseconds", ctypes.c_long))
+
+
+class _ITimerSpec(ctypes.Structure):
+    _fields_ = (("interval", _TimeSpec), ("value", _TimeSpec))
+
+
+def _timers() -> Any:
+    """The C library that has ``timer_create`` (glibc 2.34 and later; librt before)."""
+    for name in (None, ctypes.util.find_library("rt")):
+        library = ctypes.CDLL(name, use_errno=True)
+        if hasattr(library, "timer_create") and hasattr(library, "_exit"):
+            return library
+    return None
+
+
+def exit_later(seconds: float, status: int) -> Callable[[], None]:
+    """End the process with ``status`` once ``seconds`` have passed, unless the returned
+    cancel ran first; no interpreter lock is needed at the end."""
+    with contextlib.suppress(OSError, TypeError):
+        libc = _timers()
+        if libc is not None:
+            timer = ctypes.c_void_p()
+            event = _SigEvent(value=status, notify=SIGEV_THREAD,
+                              function=ctypes.cast(libc._exit, ctypes.c_void_p).value)  # fmt: skip
+            if libc.timer_create(CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(timer)) == 0:
+                whole = int(seconds)
+                spec = _ITimerSpec(value=_TimeSpec(whole, int((seconds - whole) * 1e9)))
+                if libc.timer_settime(timer, 0, ctypes.byref(spec), None) == 0:
+                    return functools.partial(libc.timer_delete, timer)
+                libc.timer_delete(timer)
+    import faulthandler
+
+    sink = open(os.devnull, "w")  # noqa: SIM115 - held open while the watchdog is armed
+    faulthandler.dump_traceback_later(seconds, exit=True, file=sink)
+    return faulthandler.cancel_dump_traceback_later

@@ -17,10 +17,11 @@ checked on time, whatever DNS does. The clock starts when the worker starts the 
 gets going nor when the strategy is built: data loading before that counts too.
 
 With ``DIST_STARTUP_TIMEOUT=S`` the child prints one line naming the peers still missing
-after S seconds, and the worker ends with exit status 1 through ``faulthandler``'s
-watchdog (a C thread that needs no interpreter lock and also works when the worker is
-PID 1, which other processes cannot kill); TensorFlow swallows SIGTERM under the strategy
-anyway. A thread of the worker cancels that watchdog once the child ends in any other way
+after S seconds, and the worker ends with exit status 1 through ``deadline.exit_later``
+(a timer whose end runs in a C thread that needs no interpreter lock, and also works when
+the worker is PID 1, which other processes cannot kill; the program's ``faulthandler``
+watchdog stays its own); TensorFlow swallows SIGTERM under the strategy anyway. A thread
+of the worker cancels that timer once the child ends in any other way
 than the timeout: every peer answered, or the child itself was killed (then with a warning
 that peers are no longer watched). The child runs in a session of its own and ignores
 SIGINT, so a terminal's Ctrl-C does not end it behind the worker's back.
@@ -34,7 +35,7 @@ the worker says the group formed (the worker's interpreter is free again): the c
 then stops waiting to name the cause of a timeout.
 
 The cancel runs in Python, so it needs the interpreter lock, which TensorFlow holds while
-it waits in C++. The watchdog therefore fires ``EXIT_MARGIN_S`` after the timeout: a group
+it waits in C++. The timer therefore fires ``EXIT_MARGIN_S`` after the timeout: a group
 whose last peer answers just before the deadline is not ended while TensorFlow reconnects.
 The window left: a peer answering that late whose TensorFlow still holds the lock
 ``EXIT_MARGIN_S`` later (it retries every few seconds) is ended all the same.
@@ -43,7 +44,6 @@ The window left: a peer answering that late whose TensorFlow still holds the loc
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import os
 import signal
 import socket
@@ -51,6 +51,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 INTERVAL_S = 30.0  # at most one wait line per interval
@@ -63,7 +64,7 @@ ANSWERED, TIMED_OUT = 0, 3  # the child's exit statuses
 NO_ANSWER = "no answer yet"
 ANSWERED_LINE = b"answered\n"  # the child's word to the worker, on its stdout
 TERM_GRACE_S = 5  # DIST_TERM_GRACE's default
-_keep: list[object] = []  # faulthandler's file and the child, kept as long as the worker runs
+_keep: list[object] = []  # the child, kept as long as the worker runs
 _terminated = threading.Event()  # the child got SIGTERM
 _formed = threading.Event()  # the worker said the group formed (SIGUSR1)
 
@@ -278,14 +279,15 @@ def _end(parent: int, peers: dict[str, str], grace: float, quiet: bool) -> int:
     return ANSWERED
 
 
-def _follow(child: subprocess.Popen[bytes], timeout: float | None, quiet: bool) -> None:
+def _follow(child: subprocess.Popen[bytes], cancel: Callable[[], object] | None,
+            quiet: bool) -> None:  # fmt: skip
     """Once every peer answered, or the child ends without reaching the timeout, nothing may
-    end the worker. Runs when the worker's interpreter is free: while TensorFlow holds it,
-    waiting for the group, the watchdog stays armed."""
+    end the worker (``cancel``: the armed end's). Runs when the worker's interpreter is
+    free: while TensorFlow holds it, waiting for the group, the end stays armed."""
     assert child.stdout is not None
     if child.stdout.readline() == ANSWERED_LINE:
-        if timeout is not None:
-            faulthandler.cancel_dump_traceback_later()
+        if cancel is not None:
+            cancel()
         # It waits only to name the cause of a timeout exit; it stays for a SIGTERM.
         with contextlib.suppress(OSError):
             child.send_signal(signal.SIGUSR1)
@@ -293,8 +295,8 @@ def _follow(child: subprocess.Popen[bytes], timeout: float | None, quiet: bool) 
     status = child.wait()
     if status == TIMED_OUT:
         return
-    if timeout is not None:
-        faulthandler.cancel_dump_traceback_later()
+    if cancel is not None:
+        cancel()
     if status != ANSWERED and not quiet:
         _emit("warning", f"cluster: peer watcher ended (status {status}); peers no longer watched")
 
@@ -331,13 +333,14 @@ def watch(
                 "warning", f"cluster: the peer watcher could not start ({exc}); peers not watched"
             )
         return None
+    cancel = None
     if timeout is not None:
-        sink = open(os.devnull, "w")  # noqa: SIM115 - held open while the watchdog is armed
-        _keep.append(sink)
-        faulthandler.dump_traceback_later(timeout + EXIT_MARGIN_S, exit=True, file=sink)
+        from .deadline import EXIT_STATUS, exit_later
+
+        cancel = exit_later(timeout + EXIT_MARGIN_S, EXIT_STATUS)
     _keep.append(child)
     waiter = threading.Thread(
-        target=_follow, args=(child, timeout, quiet), name="tfboot-peers", daemon=True
+        target=_follow, args=(child, cancel, quiet), name="tfboot-peers", daemon=True
     )
     waiter.start()
     return child

@@ -64,6 +64,8 @@ def _on_sigterm(report: Any) -> None:
     previous = signal.getsignal(signal.SIGTERM)
     if previous == signal.SIG_IGN or previous is None:
         return
+    if previous == signal.SIG_DFL and _native_handler(signal.SIGTERM):
+        return  # the program's faulthandler.register(SIGTERM), or a library's, stays in force
 
     def handler(signum: int, frame: Any) -> None:
         report.sigterms_handled += 1  # the watch for a stranded SIGTERM stands down
@@ -87,6 +89,22 @@ def _on_sigterm(report: Any) -> None:
         _watch_stranded(report, handler) if os.getpid() != 1 and not callable(previous) else None
     )
     _forks_get_the_program_s(handler, previous, watch)
+
+
+def _native_handler(signum: int) -> bool:
+    """Whether ``signum`` has a handler below Python's (``faulthandler.register``, a native
+    library's) while Python holds its default: the C-level disposition, read by
+    ``sigaction``, is not ``SIG_DFL``. False where it cannot be read."""
+    import ctypes
+
+    action = ctypes.create_string_buffer(256)  # struct sigaction; its handler comes first
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.sigaction(signum, None, action) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    return ctypes.c_void_p.from_buffer(action).value not in (None, 0)
 
 
 def _watch_stranded(report: Any, handler: Any) -> tuple[int, int] | None:
