@@ -150,7 +150,40 @@ def test_a_hami_share_below_the_headroom_is_not_auto_without_a_share(
         in finding["message"]
     )
     assert "at or below 1536 MiB of headroom for TensorFlow" in finding["message"]
-    assert "(PyTorch and JAX keep 1024 MiB)" in finding["message"]
+    assert finding["message"].endswith(
+        "(judged for TensorFlow, whose headroom is the largest: the container names no framework "
+        "(KERAS_BACKEND, a torchrun command, its image); PyTorch and JAX keep 1024 MiB)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "env", "name"),
+    [
+        ({"command": ["torchrun", "--nproc-per-node=1", "train.py"]}, (), "PyTorch"),
+        ({"image": "registry.example/team/pytorch-train:2.9"}, (), "PyTorch"),
+        ({}, (("KERAS_BACKEND", "jax"),), "JAX"),
+    ],
+)
+def test_a_share_is_judged_by_the_framework_the_container_names(
+    tmp_path: Path, capsys, spec: dict[str, Any], env: tuple, name: str
+) -> None:
+    """A 1536 MiB share leaves TensorFlow nothing, and PyTorch or JAX 512 MiB: a container
+    whose spec names its framework is judged by that framework's headroom."""
+    hami = kai_pod({}, ("MEMORY_LIMIT_MB", "auto"), *env)
+    hami["spec"].pop("schedulerName")
+    hami["spec"]["containers"][0].update(spec)
+    hami["spec"]["containers"][0]["resources"]["limits"].update(
+        {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 1536}
+    )
+    status, findings = run(tmp_path, capsys, hami)
+    assert status == 0 and findings == [], findings
+    kai = kai_pod({"gpu-memory": "1536"}, ("MEMORY_LIMIT_MB", "auto"), *env)
+    kai["spec"]["containers"][0].update(spec)
+    status, findings = run(tmp_path, capsys, kai)
+    finding = only(findings)
+    assert status == 0 and finding["rule"] == "kai-share-cap", finding
+    assert f"minus 1024 MiB of headroom for {name} (" in finding["message"]
+    assert f": {name} 512 MiB." in finding["message"]
 
 
 @pytest.mark.parametrize(

@@ -19,13 +19,13 @@ from .workloads import Container, container_grant, containers, workloads
 
 def container_mps_cap(container: Container, env: Mapping[str, str]) -> int | None:
     """``MEMORY_LIMIT_MB`` under the container's MPS limit: the limit minus the headroom
-    (``headroom.advice``: the container's ``MEMORY_HEADROOM_MB``, else TensorFlow's, with
+    (``headroom.advice``: the container's ``MEMORY_HEADROOM_MB``, else its framework's, with
     NCCL's where it gets several GPUs or sets ``DISTRIBUTED``). None without a limit, or
     when the limit leaves no room for a cap."""
     limit = container.dra.limit
     if limit is None:
         return None
-    return advice(env, container_grant(container).count).cap(limit.mib)
+    return advice(env, container_grant(container).count, container.spec).cap(limit.mib)
 
 
 def pod_mps_caps(pod: Mapping[str, Any], claims: ClaimIndex) -> dict[str, int]:

@@ -1,10 +1,12 @@
 """The headroom ``tfboot manifests`` keeps below a GPU share, for the caps it advises and checks.
 
-Offline, the framework a container will run is unknown. A cap the checker advises keeps
-TensorFlow's headroom, the largest (``node.headroom.BASE``), so it is safe for any
-framework, and the messages say what PyTorch and JAX need; the no-headroom warning fires
-only below the smallest headroom any framework needs. NCCL's share is added where NCCL
-will run: several GPUs granted, or ``DISTRIBUTED`` other than ``off``. The container's
+Offline, the framework a container will run is read from its spec where the spec says
+(``kube.framework``): the headroom is then that framework's. Where it does not, a cap the
+checker advises keeps TensorFlow's headroom, the largest (``node.headroom.BASE``), so it is
+safe for any framework, and the messages say so and what PyTorch and JAX need; the
+no-headroom warning fires only below the smallest headroom any framework needs. NCCL's
+share is added where NCCL will run: several GPUs granted, or ``DISTRIBUTED`` other than
+``off``. The container's
 own ``MEMORY_HEADROOM_MB`` replaces every figure, as it does at run time.
 """
 
@@ -12,11 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..cluster import MODES
 from ..errors import ConfigError
 from ..node.headroom import BASE, NAMES, VARIABLE, Headroom, headroom
 from ..settings import parse_variable
+from .framework import framework_of, judged
 
 ADVISED = "tensorflow"  # the framework whose headroom an advised cap keeps: the largest
 
@@ -29,6 +33,8 @@ class Advice:
     # (frameworks as messages name them, MiB), the advised framework first
     rooms: tuple[tuple[str, int], ...]
     given: bool = False  # the container's own MEMORY_HEADROOM_MB, for every framework
+    framework: str = ADVISED  # the framework judged for (module name)
+    judged: str = ""  # how: the framework the spec names and why, or the assumption
 
     @property
     def least(self) -> int:
@@ -46,7 +52,7 @@ class Advice:
             return f"{self.room.mib} MiB of headroom ({self.room.why})"
         others = [f"{names} need {mib} MiB" for names, mib in self.rooms[1:]]
         why = "; ".join([self.room.why, *others])
-        return f"{self.room.mib} MiB of headroom for {NAMES[ADVISED]} ({why})"
+        return f"{self.room.mib} MiB of headroom for {NAMES[self.framework]} ({why})"
 
     def caps(self, share: int) -> str:
         """Each framework's cap below ``share``: "TensorFlow 2560 MiB, PyTorch and JAX 3072 MiB"."""
@@ -81,10 +87,16 @@ def _rooms(nccl: str) -> tuple[tuple[str, int], ...]:
     return tuple((" and ".join(names), mib) for mib, names in by_mib.items())
 
 
-def advice(env: Mapping[str, str], gpus: int) -> Advice:
-    """The headroom below a share for a container with ``env`` and ``gpus`` GPUs granted."""
+def advice(env: Mapping[str, str], gpus: int, spec: Mapping[str, Any] | None = None) -> Advice:
+    """The headroom below a share for a container with ``env`` and ``gpus`` GPUs granted,
+    for the framework its ``spec`` names (``kube.framework``), else TensorFlow's."""
     given = _given(env)
     if given is not None:
         return Advice(headroom(ADVISED, given=given), (("every framework", given[0]),), True)
     nccl = nccl_reason(env, gpus)
-    return Advice(headroom(ADVISED, nccl), _rooms(nccl))
+    found = framework_of(spec or {}, env)
+    if found is None:
+        return Advice(headroom(ADVISED, nccl), _rooms(nccl), judged=judged(None))
+    module = found[0]
+    room = headroom(module, nccl)
+    return Advice(room, ((NAMES[module], room.mib),), framework=module, judged=judged(found))

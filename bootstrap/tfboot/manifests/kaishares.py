@@ -16,6 +16,7 @@ from ..kube.headroom import Advice
 from ..kube.kai import CONTAINER, MEMORY, KaiShare
 from ..kube.report import Report
 from ..kube.workloads import Container
+from ..node.headroom import NAMES
 from ..node.headroom import VARIABLE as HEADROOM
 
 # The GPU a gpu-fraction share is shown on: 80 GiB (an A100's or H100's), in MiB.
@@ -77,7 +78,8 @@ def _report_memory(container: Container, kai: KaiShare, room: Advice, report: Re
             container.where,
             "share-below-headroom",
             f"MEMORY_LIMIT_MB=auto under KAI's {kai.asked()}: the share of {share} MiB per GPU "
-            f"is at or below {room.shown()}: nothing would be left for the framework's pool",
+            f"is at or below {room.shown()}: nothing would be left for the framework's pool"
+            + ("" if room.given else f" ({room.judged})"),
             f"ask for more {MEMORY} (above {room.room.mib} MiB), set {HEADROOM} lower, or set "
             "MEMORY_LIMIT_MB to a number below the share",
         )
@@ -88,7 +90,8 @@ def _report_memory(container: Container, kai: KaiShare, room: Advice, report: Re
         f"MEMORY_LIMIT_MB=auto takes KAI's share of {share} MiB per GPU ({kai.asked()}) minus "
         f"{room.shown()}: {room.caps(share)}. {MODES}, so under gpusharing the cap can move by up "
         "to 0.5% of the GPU's memory",
-        f"nothing to change; MEMORY_LIMIT_MB={cap} pins TensorFlow's cap in either mode",
+        f"nothing to change; MEMORY_LIMIT_MB={cap} pins {NAMES[room.framework]}'s cap in either "
+        "mode",
     )
 
 
@@ -105,8 +108,8 @@ def _report_fraction(container: Container, kai: KaiShare, room: Advice, report: 
         f"{room.shown()}: {fraction} x the GPU's MiB - {room.room.mib}. The GPU's memory is "
         f"unknown offline; {on_example}, and a GPU of "
         f"{math.ceil(room.room.mib / (kai.fraction or 1))} MiB or less leaves no cap. {MODES}",
-        f"nothing to change; to pin TensorFlow's cap, set MEMORY_LIMIT_MB to {fraction} x "
-        f"your GPU's MiB - {room.room.mib}",
+        f"nothing to change; to pin {NAMES[room.framework]}'s cap, set MEMORY_LIMIT_MB to "
+        f"{fraction} x your GPU's MiB - {room.room.mib}",
     )
 
 

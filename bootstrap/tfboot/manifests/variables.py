@@ -13,11 +13,12 @@ from dataclasses import replace
 
 from ..adapters import Plan
 from ..adapters.tensorflow import make_plan
-from ..budget import NO_LIMIT, make_budget
+from ..budget import FRAMEWORK_READS, NO_LIMIT, make_budget
 from ..errors import ConfigError, Problem
 from ..kube.documents import quantity
 from ..kube.dracaps import container_mps_cap
 from ..kube.environment import container_env
+from ..kube.framework import framework_of
 from ..kube.headroom import Advice, advice
 from ..kube.report import Report
 from ..kube.workloads import Container, GpuGrant, container_grant
@@ -56,15 +57,16 @@ def _is_share_below_headroom(problem: Problem) -> bool:
 
 
 def _other_rooms(room: Advice) -> str:
-    """What the other frameworks keep, after a message on TensorFlow's headroom."""
+    """How the share was judged, and what the other frameworks keep, after a message on the
+    headroom."""
     others = [f"{names} keep {mib} MiB" for names, mib in room.rooms[1:]]
-    return f" ({', '.join(others)})" if others and not room.given else ""
+    return "" if room.given else f" ({'; '.join([room.judged, *others])})"
 
 
 def _report_auto(container: Container, env: Mapping[str, str], report: Report) -> None:
     """``MEMORY_LIMIT_MB=auto`` that finds nothing: under a DRA MPS claim, the cap to write."""
     dra = container.dra
-    room = advice(env, container_grant(container).count)
+    room = advice(env, container_grant(container).count, container.spec)
     if dra.limit is not None:
         cap = container_mps_cap(container, env)
         report.add(
@@ -111,7 +113,7 @@ def _report_problems(
                 container.where,
                 "share-below-headroom",
                 _without_hint(problem)
-                + _other_rooms(advice(env, container_grant(container).count)),
+                + _other_rooms(advice(env, container_grant(container).count, container.spec)),
                 problem.hint or f"ask for a larger share, or set {HEADROOM} lower",
             )
         else:
@@ -127,14 +129,17 @@ def _resolve(
 
     The second attempt lets the checks against the resources run on the valid values.
     """
+    found = framework_of(container.spec, env)
+    module = found[0] if found is not None else "tensorflow"
+    names = None if module == "tensorflow" else FRAMEWORK_READS  # as its import reads them
     try:
-        return resolve(env), env
+        return resolve(env, names, module), env
     except ConfigError as exc:
         _report_problems(container, exc.problems, env, report)
         invalid = {p.variable for p in exc.problems}
     rest = {k: v for k, v in env.items() if k not in invalid}
     try:
-        return resolve(rest), rest
+        return resolve(rest, names, module), rest
     except ConfigError:
         return None
 
@@ -362,7 +367,7 @@ def check_tfboot(container: Container, report: Report) -> None:
     a KAI Scheduler share)."""
     grant = container_grant(container)
     env = container_env(container, grant, report)
-    room = advice(env, grant.count)
+    room = advice(env, grant.count, container.spec)
     _check_claims(container, env, room, report)
     try:
         if disabled(env):
