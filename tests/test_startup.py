@@ -121,7 +121,8 @@ def test_check_exit_status(tmp_path: Path) -> None:
     good.write_text("MEMORY_LIMIT_MB=6144\nVIRTUAL_SPLIT=2\n")
     bad = tmp_path / "bad.env"
     bad.write_text("MEMORY_LIMIT_MB=6144\nVIRTUAL_SPLIT=1024,1024,8192\n")
-    ok = run_module(["tfboot", "check", "--env-file", str(good)])
+    # VIRTUAL_SPLIT is TensorFlow's: an installed PyTorch or JAX would refuse it at import
+    ok = run_module(["tfboot", "check", "--framework", "tensorflow", "--env-file", str(good)])
     assert ok.returncode == 0 and "all valid" in ok.stdout
     failed = run_module(["tfboot", "check", "--env-file", str(bad)])
     assert failed.returncode == 1

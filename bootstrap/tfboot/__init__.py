@@ -67,6 +67,16 @@ def __getattr__(name: str) -> "object":
 # builtins. Without it (a --target tree on PYTHONPATH, python -S) a plain framework import
 # is not configured, and the commands say so.
 STARTED = not sys.flags.no_site and not hasattr(sys.modules["builtins"], "help")
+# The interpreter's start, as the start-up hook sees it: seconds since boot and the CPU
+# seconds the process had used (user, system). ``exec`` keeps the process's start time and
+# CPU counters, so a shell that waited before it ``exec``ed Python would count its wait as
+# the job's; the usage window begins here instead (``usage.measure``). Both modules were
+# loaded by the interpreter before ``site``.
+_time, _os = sys.modules.get("time"), sys.modules.get("os")
+INTERPRETER: "tuple[float, float] | None" = None
+if STARTED and _time is not None and _os is not None and hasattr(_time, "CLOCK_BOOTTIME"):
+    _times = _os.times()
+    INTERPRETER = (_time.clock_gettime(_time.CLOCK_BOOTTIME), _times.user + _times.system)
 
 # Why tfboot stands aside in this interpreter ("": it does not): it runs on CPython 3.10 and
 # later, and installs nothing under another (its modules would fail at a framework's import).

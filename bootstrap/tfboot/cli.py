@@ -292,7 +292,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _print_error(exc, args.json)
     cluster = clusters[-1]
-    refused = _refused(tasks[0], [m for m in _present() if m != "tensorflow"])
+    judged = [m for m in _present() if m != "tensorflow" and m in (args.framework or [m])]
+    refused = _refused(tasks[0], judged)
     if refused:  # what TensorFlow refuses, resolve and the cluster raised above
         return _print_errors(list(refused.values()), args.json)
     given = rows(settings.given)
@@ -419,6 +420,13 @@ def build_parser() -> argparse.ArgumentParser:
             help="read this .env file, as TFBOOT_ENV_FILE would",
         )
         sub.add_argument("--json", action="store_true", help="print JSON")
+    check.add_argument(
+        "--framework",
+        action="append",
+        choices=tuple(FRAMEWORKS),
+        help="judge the imports of this framework only (repeatable; default: every framework "
+        "installed here, as the image may import any of them)",
+    )
     show.set_defaults(func=cmd_show)
     check.set_defaults(func=cmd_check)
 

@@ -568,6 +568,10 @@ def test_check_and_show_say_what_each_import_refuses() -> None:
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert text.returncode == 1 and "all valid" not in text.stdout
     assert text.stderr.startswith("tfboot: error: PyTorch: DIST_TERM_GRACE='10' ")
+    tensorflow = subprocess.run([sys.executable, "-m", "tfboot", "check", "--framework",
+                                 "tensorflow", "--framework", "jax"], env=env,
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert tensorflow.returncode == 0 and "all valid" in tensorflow.stdout, tensorflow.stderr
     shown = subprocess.run([sys.executable, "-m", "tfboot", "show", "--json"], env=env,
                            capture_output=True, text=True, timeout=120)  # fmt: skip
     found = json.loads(shown.stdout)

@@ -602,14 +602,18 @@ def test_a_program_s_own_sigterm_handling_is_left_to_it(setup: str) -> None:
         assert process.returncode == 0 and "own handler" in out, err
 
 
-OWN_FAULTHANDLER = """
+OWN_FAULTHANDLER = (
+    """
 import faulthandler, os, signal, sys, time
 faulthandler.register(signal.SIGTERM, file=sys.stdout)  # the program's, before the import
-""" + TORCH + """
+"""
+    + TORCH
+    + """
 os.kill(os.getpid(), signal.SIGTERM)
 time.sleep(1)
 print("went on", flush=True)
 """
+)
 
 
 def test_a_program_s_own_faulthandler_for_sigterm_is_left_to_it() -> None:
@@ -619,3 +623,19 @@ def test_a_program_s_own_faulthandler_for_sigterm_is_left_to_it() -> None:
     done = run(OWN_FAULTHANDLER, {})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "most recent call first" in done.stdout and "went on" in done.stdout
+
+
+def test_a_wait_before_an_exec_is_not_the_job_s(tmp_path: Path) -> None:
+    """A container command that waits in a shell (for a database, say), then execs Python:
+    the process keeps its start time and CPU across the exec, but the record's window
+    begins at the interpreter's start, and says so."""
+    usage = tmp_path / "usage.json"
+    code = program(TORCH).replace('"', '\\"')
+    done = subprocess.run(["sh", "-c", f'sleep 3; exec "{sys.executable}" -c "{code}"'],
+                          env=scenario_env(APPLIED | {"TFBOOT_USAGE_FILE": str(usage)}),
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    cpu = json.loads(usage.read_text())["cpu"]
+    assert cpu["wall_seconds"] < 3, cpu
+    assert cpu["wall_source"].startswith("the interpreter's start (CLOCK_BOOTTIME), ")
+    assert "after the process's: an exec" in cpu["wall_source"]

@@ -38,6 +38,7 @@ from .shares import recorded
 MIB = 1 << 20
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+EXEC_S = 1.0  # an interpreter starting this long after its process: an exec (fork + exec: ms)
 # Labels a record carries from the environment: (label, variables tried in order).
 LABELS = (
     ("pod", ("POD_NAME", "HOSTNAME")),
@@ -96,7 +97,7 @@ class Meter:
         self.labels = labels(env, job)
         self.pid = os.getpid()
         # The window's start: the process's, on CLOCK_BOOTTIME; this moment where unknown.
-        self.began, self.window_source = process_start()
+        self.began, self.window_source, self.cpu_before_exec = process_start()
         self.started = time.time() - (_boot_now() - self.began)
         self.memory_cover = covers(env, "memory", self.pid)
         self.cpu_cover = covers(env, "cpu", self.pid)
@@ -104,6 +105,7 @@ class Meter:
         # The CPU the process tree used before the baseline, which a cgroup's difference
         # misses; the tree's own counters start with the process.
         self.cpu_before = _tree_cpu(self.pid) if self.cpu_cover.cgroup else 0.0
+        self.cpu_before = max(0.0, self.cpu_before - self.cpu_before_exec)
         start = counters.memory(env) if self.memory_cover.cgroup else None
         self.events = dict(start.events) if start else {}
         # The highest figure sampled: the cgroup's memory.current where the kernel keeps no
@@ -260,8 +262,8 @@ class Meter:
             used = max(0.0, now.seconds - self.cpu.seconds) + self.cpu_before
             source = (f"{now.source} since tfboot configured the framework, plus the CPU time "
                       f"of the {TREE} before it (/proc/PID/stat, os.times)")  # fmt: skip
-        else:  # the tree's counters start with the process
-            used, source = max(0.0, now.seconds), now.source
+        else:  # the tree's counters start with the process (an exec's, before it, taken off)
+            used, source = max(0.0, now.seconds - self.cpu_before_exec), now.source
         throttled = None
         if now.periods is not None and self.cpu.periods is not None:
             periods = now.periods - self.cpu.periods
@@ -295,19 +297,30 @@ def _boot_now() -> float:
     return time.clock_gettime(clock) if clock is not None else time.monotonic()
 
 
-def process_start() -> tuple[float, str]:
-    """When this process started, on ``_boot_now``'s clock, and where that came from: the
-    kernel's start time, in clock ticks since boot; now, where it cannot be read."""
+def process_start() -> tuple[float, str, float]:
+    """When this process's job started, on ``_boot_now``'s clock, where that came from, and
+    the CPU seconds the process had used before it: the kernel's start time, in clock ticks
+    since boot; the interpreter's start where a program ``exec``ed Python later (``exec``
+    keeps the process's start and CPU time: a shell's wait before it is not the job's); now,
+    where neither can be read."""
+    unknown = "from tfboot's configuration of the framework (no process start time)"
     if not hasattr(time, "CLOCK_BOOTTIME"):
-        return _boot_now(), "from tfboot's configuration of the framework (no process start time)"
+        return _boot_now(), unknown, 0.0
     try:
         with open("/proc/self/stat", "rb") as source:
             text = source.read(4096).decode("ascii", "replace")
         ticks = int(text[text.rindex(")") + 2 :].split()[19])  # field 22, starttime
     except (OSError, ValueError, IndexError):
-        return _boot_now(), "from tfboot's configuration of the framework (no process start time)"
-    return ticks / _TICKS, ("the process's start (/proc/self/stat starttime, CLOCK_BOOTTIME) "
-                            "to the record")  # fmt: skip
+        return _boot_now(), unknown, 0.0
+    began = ticks / _TICKS
+    interpreter = getattr(sys.modules.get("tfboot"), "INTERPRETER", None)
+    if interpreter is not None and interpreter[0] - began > EXEC_S:
+        later = interpreter[0] - began
+        why = (f"the interpreter's start (CLOCK_BOOTTIME), {later:.1f} s after the process's: "
+               "an exec, whose time before is not the job's; to the record")  # fmt: skip
+        return interpreter[0], why, interpreter[1]
+    own = "the process's start (/proc/self/stat starttime, CLOCK_BOOTTIME) to the record"
+    return began, own, 0.0
 
 
 def _tree_cpu(pid: int) -> float:
