@@ -36,6 +36,19 @@ def fifo(tmp: Path) -> str:
     return str(tmp / "fifo")
 
 
+def fifo_in_a_folder(tmp: Path) -> str:
+    """A folder whose one ``.yaml`` is a FIFO: reading it would block for ever."""
+    os.mkfifo(tmp / "x.yaml")
+    return str(tmp)
+
+
+def kustomize_folder(tmp: Path) -> str:
+    """A kustomize folder: its files are no whole workloads until rendered."""
+    (tmp / "kustomization.yaml").write_text("resources: [job.yaml]\n")
+    (tmp / "job.yaml").write_text("kind: Job\n")
+    return str(tmp)
+
+
 def unix_socket(tmp: Path) -> str:
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(tmp / "sock"))  # left bound: the file stays a socket for the test
@@ -124,7 +137,15 @@ BAD_MANIFESTS: dict[str, tuple[Callable[[Path], str], int, str]] = {
     "scalar": (write(b'"just a string"\n'), 1, "no-workloads"),
     "list of numbers": (write(b"[1, 2, 3]\n"), 1, "no-workloads"),
     "empty directory": (str, 1, "no-workloads"),  # a folder is walked, as kubeconform does
-    "device": (lambda _tmp: "/dev/zero", 2, "larger than 32 MiB"),
+    "device": (lambda _tmp: "/dev/zero", 2, "not a regular file"),
+    "fifo": (fifo, 2, "not a regular file (a FIFO, a device, a socket)"),
+    "fifo in a folder": (fifo_in_a_folder, 2, "not a regular file"),
+    "kustomize folder": (
+        kustomize_folder,
+        2,
+        "is a kustomize folder, whose patches are no "
+        "whole workloads; render it first: kubectl kustomize",
+    ),
     "symlink loop": (symlink_loop, 2, "Too many levels of symbolic links"),
     "missing": (lambda tmp: str(tmp / "missing.yaml"), 2, "No such file or directory"),
 }

@@ -53,8 +53,10 @@ def main(mode: str) -> None:
         strategy.run(step, args=args) if strategy else step(*args)
     replicas = strategy.num_replicas_in_sync if strategy else 1
     weights = np.concatenate([w.numpy().ravel(), b.numpy().ravel()]).tolist()
+    slurm = {name: os.environ.get(name) for name in ("SLURM_JOB_ID", "SLURM_STEP_ID")}
     print(json.dumps({"weights": weights, "replicas": replicas, "rank": rank,
-                      "tf_config": os.environ.get("TF_CONFIG")}), flush=True)  # fmt: skip
+                      "tf_config": os.environ.get("TF_CONFIG"), "slurm": slurm}),
+          flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

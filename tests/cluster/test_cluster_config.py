@@ -181,9 +181,31 @@ class TestK8s:
 
 
 class TestSlurm:
+    def test_the_default_port_is_drawn_from_the_job_and_the_step(self) -> None:
+        """Two jobs, or two steps of one job, whose tasks share a node take different ports;
+        every rank of one step the same; DIST_PORT, given, is the port."""
+
+        def base(job: str, step: str, **more: str) -> int:
+            env = {**SLURM, "SLURM_JOB_ID": job, "SLURM_STEP_ID": step, **more}
+            return int(cluster_plan("slurm", env).identity.config.address.rpartition(":")[2]) - 1
+
+        assert base("7", "0") == 11792 and base("8", "0") == 11792 + 256
+        assert base("7", "1") == 11792 + 16
+        assert len({base(str(job), "0") for job in range(1000, 1000 + 1423)}) == 1423
+        assert base("7", "0", SLURM_PROCID="0", SLURMD_NODENAME="node9", SLURM_LOCALID="0") == (
+            11792 - 1
+        )  # rank 0 is at the base itself
+        assert base("7", "0", DIST_PORT="9000") == 9000
+        line = cluster_plan("slurm", {**SLURM, "SLURM_JOB_ID": "7"}).line()
+        assert (
+            "port 11793 (11792, drawn from Slurm job 7 step 0 (DIST_PORT not set) + rank on "
+            in (line)
+        )
+
     def test_block_distribution_node9_node10(self) -> None:
         assert built("slurm", SLURM) == {
-            "cluster": {"worker": ["node9:8888", "node9:8889", "node10:8888", "node10:8889"]},
+            # no DIST_PORT: the step's block (job 0 step 0 here: 10000), plus the rank on the node
+            "cluster": {"worker": ["node9:10000", "node9:10001", "node10:10000", "node10:10001"]},
             "task": {"type": "worker", "index": 3},
         }
 

@@ -99,10 +99,11 @@ class TestPlans:
 
     def test_slurm_ranks_and_local_ranks_follow_the_step(self) -> None:
         found = launch("PyTorch", "slurm", SLURM).environ
-        # cyclic: ranks 0 and 2 on node9, 1 and 3 on node10; rank 0 at node9:8888
+        # cyclic: ranks 0 and 2 on node9, 1 and 3 on node10; rank 0 at node9, port drawn
+        # from job 7 step 0: block 7 x 16 of 16 ports from 10000
         assert found == {
             "MASTER_ADDR": "node9",
-            "MASTER_PORT": "8888",
+            "MASTER_PORT": "11792",
             "WORLD_SIZE": "4",
             "RANK": "3",
             "LOCAL_RANK": "1",

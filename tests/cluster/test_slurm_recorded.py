@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from support import REPO, cluster_plan
 from tfboot import ConfigError
+from tfboot.cluster.engines import slurm_port
 
 RECORDED = REPO / "tests" / "testdata" / "slurm"
 STEPS = sorted(
@@ -36,7 +37,8 @@ def test_every_task_builds_the_cluster_srun_really_placed(path: Path) -> None:
         plan = cluster_plan("slurm", env)
         config = plan.identity.config
         rank = int(env["SLURM_PROCID"])
-        where = f"{env['SLURMD_NODENAME']}:{8888 + int(env['SLURM_LOCALID'])}"
+        base = slurm_port(env)[0]
+        where = f"{env['SLURMD_NODENAME']}:{base + int(env['SLURM_LOCALID'])}"
         assert (config.task_type, config.task_index, config.address) == ("worker", rank, where)
         clusters.add(json.dumps(config.cluster))
     assert len(clusters) == 1 and len(json.loads(clusters.pop())["worker"]) == len(tasks(path))
@@ -67,11 +69,13 @@ def test_the_batch_script_and_the_allocation_shell_are_no_task(path: Path) -> No
 
 def test_a_chief_and_workers_fill_ranks_in_srun_s_order() -> None:
     found = {}
-    for env in tasks(RECORDED / "srun-N2-n3-cyclic.json"):
+    recorded = tasks(RECORDED / "srun-N2-n3-cyclic.json")
+    for env in recorded:
         config = cluster_plan("slurm", {**env, "DIST_TASKS": "chief=1,worker=2"}).identity.config
         found[int(env["SLURM_PROCID"])] = (config.task_type, config.task_index, config.address)
+    base = slurm_port(recorded[0])[0]
     assert found == {
-        0: ("chief", 0, "node9:8888"),
-        1: ("worker", 0, "node10:8888"),
-        2: ("worker", 1, "node9:8889"),
+        0: ("chief", 0, f"node9:{base}"),
+        1: ("worker", 0, f"node10:{base}"),
+        2: ("worker", 1, f"node9:{base + 1}"),
     }

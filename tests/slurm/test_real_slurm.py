@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 from support import REPO, scenario_env
+from tfboot.cluster.engines import SLURM_BLOCK, SLURM_PORTS, slurm_port
 
 if TYPE_CHECKING:  # the fixture's type; conftest is not a module to import at run time
     from conftest import Slurm
@@ -99,7 +100,8 @@ def test_the_documented_sbatch_script_3_tasks_on_2_nodes(
     results = task_results(tmp_path, 3)
     assert_trained_alike(results, reference)
     config = json.loads(results[0][0]["tf_config"])
-    assert config["cluster"] == {"worker": ["node9:8888", "node9:8889", "node10:8888"]}
+    base = slurm_port(results[0][0]["slurm"])[0]  # drawn from the job and the step
+    assert config["cluster"] == {"worker": [f"node9:{base}", f"node9:{base + 1}", f"node10:{base}"]}
     assert "cluster: worker 2 of 3 (slurm; TF_CONFIG built" in results[2][1]
 
 
@@ -114,8 +116,9 @@ def test_a_chief_and_two_workers(slurm: Slurm, tmp_path: Path, reference: list[f
     results = task_results(tmp_path, 3)
     assert_trained_alike(results, reference)
     config = json.loads(results[0][0]["tf_config"])
+    base = slurm_port(results[0][0]["slurm"])[0]
     assert config == {
-        "cluster": {"chief": ["node9:8888"], "worker": ["node9:8889", "node10:8888"]},
+        "cluster": {"chief": [f"node9:{base}"], "worker": [f"node9:{base + 1}", f"node10:{base}"]},
         "task": {"type": "chief", "index": 0},
     }
 
@@ -130,7 +133,8 @@ def test_two_tasks_per_node_share_no_port_and_two_nodes_share_one(
     results = task_results(tmp_path, 4)
     assert_trained_alike(results, reference)
     workers = json.loads(results[0][0]["tf_config"])["cluster"]["worker"]
-    assert workers == ["node9:8888", "node9:8889", "node10:8888", "node10:8889"]
+    base = slurm_port(results[0][0]["slurm"])[0]
+    assert workers == [f"node9:{base}", f"node9:{base + 1}", f"node10:{base}", f"node10:{base + 1}"]
 
 
 def test_a_cyclic_distribution_is_built_as_srun_placed_it(
@@ -143,7 +147,8 @@ def test_a_cyclic_distribution_is_built_as_srun_placed_it(
     results = task_results(tmp_path, 3)
     assert_trained_alike(results, reference)
     workers = json.loads(results[1][0]["tf_config"])["cluster"]["worker"]
-    assert workers == ["node9:8888", "node10:8888", "node9:8889"]
+    base = slurm_port(results[1][0]["slurm"])[0]
+    assert workers == [f"node9:{base}", f"node10:{base}", f"node9:{base + 1}"]
     assert "ranks placed by cyclic distribution (SLURM_DISTRIBUTION)" in results[1][1]
 
 
@@ -197,10 +202,10 @@ def test_a_lost_task_ends_the_step_in_seconds_and_is_named(
     took, errs, srun_err = run_until_lost(slurm, tmp_path, how, step)
     assert took < GRACE_S + 5, (took, errs, srun_err)
     for err in errs:
-        assert (
-            "cluster: SIGTERM: this task is being ended; peers no longer answering: "
-            "worker 2 at node10:8888 (refused)" in err
-        ), err
+        named = re.search(r"cluster: SIGTERM: this task is being ended; peers no longer "
+                          r"answering: worker 2 at node10:(\d+) \(refused\)", err)  # fmt: skip
+        assert named is not None, err
+        assert (int(named.group(1)) - SLURM_PORTS[0]) % SLURM_BLOCK == 0  # local rank 0: a base
 
 
 def test_the_tasks_of_a_step_give_one_used_line_and_every_task_s_record(

@@ -11,7 +11,10 @@ step's distribution over ``SLURM_STEP_TASKS_PER_NODE``: block (the default), or 
 plane as ``SLURM_DISTRIBUTION`` says (every rank sees it, so every rank builds the same
 cluster, or refuses it alike). Ranks fill the types of ``DIST_TASKS`` (default: every
 rank a worker) in the order chief, worker, ps, evaluator. A task's port is ``DIST_PORT``
-(default 8888) plus its rank on its node, so tasks sharing a node differ. The batch script
+plus its rank on its node, so tasks sharing a node differ. Without ``DIST_PORT`` the base
+is drawn from the job and the step (``slurm_port``), as JAX's own Slurm detection draws
+its port from the job id: two jobs, or two steps, whose tasks share a node take different
+ports, and every rank of a step computes the same. The batch script
 or allocation shell of a job (no ``SLURM_STEP_NODELIST``) is no task: single node.
 
 A child of a task is no task either. The process that takes a place in the cluster
@@ -38,7 +41,10 @@ from .tfconfig import VARIABLE, TfConfig, check
 from .variables import ClusterSettings
 
 K8S_PORT = 2222
-SLURM_PORT = 8888
+# Slurm's default ports: a block of SLURM_BLOCK per job step, below Linux's ephemeral ports
+# (32768 on), where outgoing connections would take them
+SLURM_PORTS, SLURM_BLOCK = (10000, 32768), 16
+SLURM_SLOTS = 1423  # (32768 - 10000) // 16, a prime: jobs apart by less share no block
 TASK = "TFBOOT_TASK"  # the pid of the process holding this task's place in the cluster
 
 
@@ -344,7 +350,7 @@ def _slurm(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
             )
         )
     _check_node(env, layout, rank, distribution)
-    base = cluster.port or SLURM_PORT
+    base, drawn = (cluster.port, "") if cluster.port else slurm_port(env)
     _check_ports(cluster, base, max(local for _, local in layout) + 1)
     counts = dict(tasks)
     order = [kind for kind in TASK_TYPES if kind in counts]
@@ -354,7 +360,7 @@ def _slurm(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
         addresses[kind].append(f"{host}:{base + local}")
     kind, index = roles[rank]
     _check_given(cluster, kind, index)
-    port_source = cluster.source("DIST_PORT") if cluster.port else f"default {SLURM_PORT}"
+    port_source = cluster.source("DIST_PORT") if cluster.port else drawn
     sources = {
         "type": f"SLURM_PROCID={rank}",
         "index": f"SLURM_PROCID={rank}",
@@ -364,6 +370,17 @@ def _slurm(cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
         "distribution": distribution,
     }
     return Identity("slurm", _checked(addresses, kind, index), build=True, sources=sources)
+
+
+def slurm_port(env: Mapping[str, str]) -> tuple[int, str]:
+    """The default base port of a Slurm step, and how it was drawn: block ``(job x 16 +
+    step) mod 1423`` of ``SLURM_PORTS``, so consecutive jobs are 256 ports apart and the
+    steps of one job 16; a node with more tasks of one step than ``SLURM_BLOCK`` reaches
+    into the next block (set ``DIST_PORT`` there)."""
+    job = digits(env.get("SLURM_JOB_ID", "")) or 0
+    step = digits(env.get("SLURM_STEP_ID", "")) or 0
+    base = SLURM_PORTS[0] + (job * SLURM_BLOCK + step) % SLURM_SLOTS * SLURM_BLOCK
+    return base, f"{base}, drawn from Slurm job {job} step {step} (DIST_PORT not set)"
 
 
 def _check_ports(cluster: ClusterSettings, base: int, per_node: int) -> None:

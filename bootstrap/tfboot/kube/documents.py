@@ -11,7 +11,9 @@ given twice in one mapping is a finding: tools disagree on which one wins.
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 import sys
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -186,8 +188,14 @@ def read_source(path: str, keep_bom: bool = False) -> tuple[str, str]:
         if path == "-":
             stdin = getattr(sys.stdin, "buffer", None)  # None when replaced by a text stream
             data = stdin.read(MAX_BYTES + 1) if stdin else sys.stdin.read(MAX_BYTES + 1).encode()
-        else:
-            with open(path, "rb") as fh:
+        else:  # opened without blocking, then read only if it is a regular file
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as fh:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise InputError(
+                        f"cannot read {name}: not a regular file (a FIFO, a device, a socket); "
+                        "give a file, or - for stdin"
+                    )
                 data = fh.read(MAX_BYTES + 1)
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or type(exc).__name__

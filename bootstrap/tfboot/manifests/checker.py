@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Sequence
 
 from ..kube.claims import read_claims
-from ..kube.documents import DocumentError, parse_documents, read_source
+from ..kube.documents import DocumentError, InputError, parse_documents, read_source
 from ..kube.kai import kai_share
 from ..kube.report import Report
 from ..kube.workloads import Container, configmaps, containers, dig, unreached, workload_templates
@@ -83,15 +83,26 @@ def _why(exc: Exception) -> str:
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
+KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+
+
 def expand(paths: Sequence[str]) -> list[str]:
     """Each path, a folder replaced by the YAML and JSON files under it (``.yaml``, ``.yml``,
-    ``.json``, sorted, hidden ones left out), as kubeconform walks a folder."""
+    ``.json``, sorted, hidden ones left out), as kubeconform walks a folder. A kustomize
+    folder is refused (its patches are no whole workloads): it must be rendered first."""
     found: list[str] = []
     for path in paths:
         if path == "-" or not os.path.isdir(path):
             found.append(path)
             continue
         for folder, subfolders, files in os.walk(path):
+            kustomization = next((name for name in KUSTOMIZATIONS if name in files), None)
+            if kustomization is not None:
+                raise InputError(
+                    f"{os.path.join(folder, kustomization)}: {folder} is a kustomize folder, "
+                    "whose patches are no whole workloads; render it first: kubectl kustomize "
+                    f"{folder} | tfboot manifests -"
+                )
             subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
             found += [os.path.join(folder, name) for name in sorted(files)
                       if name.endswith(MANIFEST_SUFFIXES) and not name.startswith(".")]  # fmt: skip
