@@ -10,7 +10,8 @@ each, ``--warmup`` untimed steps, then ``--steps`` timed ones. Reported per case
 (the two sides of one run go back to back, so the machine's drift over the minutes of a
 case cancels), the minor page faults of the timed steps (``getrusage``
 ``ru_minflt``: exact for the work, unlike a timing on a shared machine), the CPU seconds per
-step, and the ratios on/off.
+step, and how often the memory governor acted in the tfboot-on runs
+(its trims and holds, from its own counters: 0 means malloc was left as glibc has it).
 
 Page faults are given as the minimum, median and maximum of each side, and the ratio of the
 minima is the tax. Where the heap starts within a 2 MiB page is drawn afresh in every
@@ -20,8 +21,10 @@ temporaries fault 1,210,400 or 1,619,200 times in 800 steps, about one process i
 higher, the same two values with tfboot on or off. With the layout fixed (``setarch -R``)
 each side is one draw: tfboot on gave the lower value in every run and tfboot off the higher.
 A cost tfboot put on the work would be in every process, the minimum included; the
-placement's is in some. Where a framework's own threads allocate, the counts also vary with
-the threads' timing.
+placement's is in some. Where a framework's own threads allocate (PyTorch, Keras on JAX),
+the counts vary with the threads' timing by two orders of magnitude from run to run, on both
+sides (Keras on JAX: 115 to 97,353 with tfboot off); there the governor's count says whether
+tfboot did anything at all.
 
 The cases:
 
@@ -144,7 +147,12 @@ before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
 for _ in range(steps):
     step()
 wall, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"wall": wall, "faults": after.ru_minflt - before.ru_minflt,
+acted = 0  # the memory governor's trims and holds in this process (tfboot off: none)
+if "tfboot.executor.governor" in sys.modules:
+    running = sys.modules["tfboot.executor.governor"].current()
+    found = running.stats() if running is not None else {}
+    acted = found.get("trims", 0) + found.get("holds", 0)
+print(json.dumps({"wall": wall, "faults": after.ru_minflt - before.ru_minflt, "acted": acted,
                   "cpu": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime}))
 """
 
@@ -168,6 +176,7 @@ class Side:
 
     rates: dict[int, float] = field(default_factory=dict)  # run -> steps/s
     faults: list[int] = field(default_factory=list)
+    acted: int = 0  # the memory governor's trims and holds, all runs together
     cpus: list[float] = field(default_factory=list)
     failed: int = 0
 
@@ -225,6 +234,7 @@ def main() -> None:
                     continue
                 cell.rates[run] = steps / result["wall"]
                 cell.faults.append(result["faults"])
+                cell.acted += result["acted"]
                 cell.cpus.append(result["cpu"] / steps)
             print(f"  run {run + 1}: {case}", file=sys.stderr)
     print(f"image {image}; --memory={args.memory} (no swap) --cpus={args.cpus:g}; {args.runs} "
@@ -232,13 +242,13 @@ def main() -> None:
     print(
         "| case | steps/s on | steps/s off | on/off (paired) "
         "| minor faults on: min / median / max | off | on/off (minima) | on/off (medians) "
-        "| CPU ms/step on | off |"
+        "| CPU ms/step on | off | governor acted (on) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for case in planned:
         on, off = found[(case, "tfboot on")], found[(case, "tfboot off")]
         if not on.rates or not off.rates:
-            print(f"| {case} | failed {on.failed} | failed {off.failed} | | | | | | | |")
+            print(f"| {case} | failed {on.failed} | failed {off.failed} | | | | | | | | |")
             continue
         print(
             f"| {case} | {on.rate():.2f} | {off.rate():.2f} "
@@ -246,7 +256,7 @@ def main() -> None:
             f"| {min(on.faults) / max(1, min(off.faults)):.2f} "
             f"| {statistics.median(on.faults) / max(1, statistics.median(off.faults)):.2f} "
             f"| {1e3 * sum(on.cpus) / len(on.cpus):.1f} "
-            f"| {1e3 * sum(off.cpus) / len(off.cpus):.1f} |"
+            f"| {1e3 * sum(off.cpus) / len(off.cpus):.1f} | {on.acted} |"
         )
 
 
