@@ -8,8 +8,9 @@ computes its share of the global batch's gradient and the shares are summed acro
 processes (gloo's all-reduce; JAX's ``process_allgather``). ``single`` trains one process on
 the whole batches, as the reference: every rank of ``multi`` must end with its weights.
 
-``PREPARE_S``: seconds of work (loading data) before the group forms. ``GROUPS`` (torch): the
-group is formed, used and destroyed that many times, as a job with a second phase does.
+``PREPARE_S``: seconds of work (loading data) before the group forms. ``GROUPS`` (torch): a
+group is formed, used and destroyed that many times, as a job with a second phase does (each
+earlier one on a port of its own, the next ones up from ``MASTER_PORT``).
 
 ``DATA=tf`` (jax, keras): the batches come through ``tf.data``, imported once the group
 formed, as a JAX or Keras job's data loader is.
@@ -51,11 +52,17 @@ def torch_job():
 
     if MODE == "multi":
         time.sleep(PREPARE_S)
-        for _ in range(GROUPS - 1):  # an earlier phase: form, use and end a group
+        port = os.environ["MASTER_PORT"]
+        for phase in range(GROUPS - 1):  # an earlier phase: form, use and end a group
+            # on a port of its own, as a program that forms groups one after another must: a
+            # rank that re-joins on the port of a group its peer has not yet destroyed joins
+            # that old store, which then closes under it (PyTorch's race, tfboot or not)
+            os.environ["MASTER_PORT"] = str(int(port) + 1 + phase)
             dist.init_process_group("gloo")
             dist.all_reduce(torch.zeros(1))
             time.sleep(STEP_S)
             dist.destroy_process_group()
+        os.environ["MASTER_PORT"] = port
         dist.init_process_group("gloo")
 
         def total(grad: np.ndarray) -> np.ndarray:
