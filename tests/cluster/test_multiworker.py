@@ -96,6 +96,13 @@ def test_chief_and_two_workers_from_slurm_variables(start) -> None:
     assert f"peers localhost:{base + 1}, localhost:{base + 2}" in chief_err
 
 
+def task_0(*hosts: str, **more: str) -> dict[str, str]:
+    """Worker 0 of an Indexed Job whose workers are ``hosts``, with ``more`` variables."""
+    hosts_variable = "worker=" + ",".join(hosts)
+    return {"DISTRIBUTED": "k8s", "DIST_TASKS": str(len(hosts)), "DIST_HOSTS": hosts_variable,
+            "JOB_COMPLETION_INDEX": "0", **more}  # fmt: skip
+
+
 HANG = """
 import tensorflow as tf
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -120,13 +127,7 @@ def test_the_program_s_own_faulthandler_watchdog_stays_armed() -> None:
     DIST_STARTUP_TIMEOUT. (Armed after the import here: a dump while TensorFlow's import
     started its threads crashed the process in one run of four.)"""
     own, absent = free_ports(2)
-    env = {
-        "DISTRIBUTED": "k8s",
-        "DIST_TASKS": "2",
-        "DIST_HOSTS": f"worker=localhost:{own},localhost:{absent}",
-        "JOB_COMPLETION_INDEX": "0",
-        "DIST_STARTUP_TIMEOUT": "6",
-    }
+    env = task_0(f"localhost:{own}", f"localhost:{absent}", DIST_STARTUP_TIMEOUT="6")
     result = run_python(OWN_WATCHDOG, env, timeout=LIMIT_S)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Timeout (0:00:01)!" in result.stderr, result.stderr[-3000:]
@@ -135,13 +136,8 @@ def test_the_program_s_own_faulthandler_watchdog_stays_armed() -> None:
 
 def test_missing_peers_are_named_then_the_startup_timeout_ends_the_worker() -> None:
     own, absent = free_ports(2)
-    env = {
-        "DISTRIBUTED": "k8s",
-        "DIST_TASKS": "3",
-        "DIST_HOSTS": f"worker=localhost:{own},localhost:{absent},tfboot-absent-peer.invalid",
-        "JOB_COMPLETION_INDEX": "0",
-        "DIST_STARTUP_TIMEOUT": "5",
-    }
+    env = task_0(f"localhost:{own}", f"localhost:{absent}", "tfboot-absent-peer.invalid",
+                 DIST_STARTUP_TIMEOUT="5")  # fmt: skip
     result = run_python(HANG, env, timeout=LIMIT_S)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "not reached" not in result.stdout
@@ -180,13 +176,7 @@ if __name__ == "__main__":
 
 def test_a_spawned_child_is_no_task_keeps_tf_config_and_starts_no_watcher(tmp_path) -> None:
     own, absent = free_ports(2)
-    env = {
-        "DISTRIBUTED": "k8s",
-        "DIST_TASKS": "2",
-        "DIST_HOSTS": f"worker=localhost:{own},localhost:{absent}",
-        "JOB_COMPLETION_INDEX": "0",
-        "TFBOOT_ON_ERROR": "raise",
-    }
+    env = task_0(f"localhost:{own}", f"localhost:{absent}", TFBOOT_ON_ERROR="raise")
     script = tmp_path / "spawn_child.py"
     script.write_text(SPAWN)
     result = run_python(script, env, timeout=LIMIT_S)
