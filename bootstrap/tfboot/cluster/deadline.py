@@ -91,12 +91,14 @@ class _ITimerSpec(ctypes.Structure):
 
 
 def _timers() -> Any:
-    """The C library that has ``timer_create`` (glibc 2.34 and later; librt before)."""
-    for name in (None, ctypes.util.find_library("rt")):
-        library = ctypes.CDLL(name, use_errno=True)
-        if hasattr(library, "timer_create") and hasattr(library, "_exit"):
-            return library
-    return None
+    """The C library that has ``timer_create`` (glibc 2.34 and later; librt before, looked
+    for only then: ``find_library`` runs ``ldconfig``)."""
+    library = ctypes.CDLL(None, use_errno=True)
+    if hasattr(library, "timer_create"):
+        return library
+    found = ctypes.util.find_library("rt")
+    library = ctypes.CDLL(found, use_errno=True) if found else None
+    return library if hasattr(library, "timer_create") else None
 
 
 def exit_later(seconds: float, status: int) -> Callable[[], None]:
