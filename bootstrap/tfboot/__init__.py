@@ -68,15 +68,15 @@ def __getattr__(name: str) -> "object":
 # is not configured, and the commands say so.
 STARTED = not sys.flags.no_site and not hasattr(sys.modules["builtins"], "help")
 # The interpreter's start, as the start-up hook sees it: seconds since boot and the CPU
-# seconds the process had used (user, system). ``exec`` keeps the process's start time and
-# CPU counters, so a shell that waited before it ``exec``ed Python would count its wait as
-# the job's; the usage window begins here instead (``usage.measure``). Both modules were
-# loaded by the interpreter before ``site``.
-_time, _os = sys.modules.get("time"), sys.modules.get("os")
+# seconds the process and its waited-for children had used (``os.times``'s first four, as
+# ``usage.measure`` counts the tree). ``exec`` keeps the process's start time and CPU
+# counters, so a shell that waited before it ``exec``ed Python would count its wait as the
+# job's; the usage window begins here instead. ``site`` loaded ``os``; ``time`` is looked up
+# and never imported here.
 INTERPRETER: "tuple[float, float] | None" = None
-if STARTED and _time is not None and _os is not None and hasattr(_time, "CLOCK_BOOTTIME"):
-    _times = _os.times()
-    INTERPRETER = (_time.clock_gettime(_time.CLOCK_BOOTTIME), _times.user + _times.system)
+if STARTED and hasattr(sys.modules.get("time"), "CLOCK_BOOTTIME"):
+    INTERPRETER = (sys.modules["time"].clock_gettime(sys.modules["time"].CLOCK_BOOTTIME),
+                   sum(sys.modules["os"].times()[:4]))  # fmt: skip
 
 # Why tfboot stands aside in this interpreter ("": it does not): it runs on CPython 3.10 and
 # later, and installs nothing under another (its modules would fail at a framework's import).
