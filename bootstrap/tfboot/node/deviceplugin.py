@@ -52,8 +52,17 @@ MPS_ACCEPTED = (
     "0=4G,1=2048M (device ordinals after CUDA_VISIBLE_DEVICES)"
 )
 
-_UNITS = {"": 1, "m": 1, "mi": 1, "mb": 1, "mib": 1, "g": 1024, "gi": 1024, "gb": 1024, "gib": 1024,
-          "t": 1 << 20, "tb": 1 << 20, "tib": 1 << 20}  # fmt: skip
+_MIB, _GIB, _TIB = 1 << 20, 1 << 30, 1 << 40
+# unit -> bytes, for tfboot's own amounts and MPS's (a bare number is MiB)
+_UNITS = {"": _MIB, "m": _MIB, "mi": _MIB, "mb": _MIB, "mib": _MIB, "g": _GIB, "gi": _GIB,
+          "gb": _GIB, "gib": _GIB, "t": _TIB, "tb": _TIB, "tib": _TIB}  # fmt: skip
+# unit -> bytes, as HAMi-core reads CUDA_DEVICE_MEMORY_LIMIT (a bare number is bytes)
+_HAMI_UNITS = {"": 1, "k": 1 << 10, "m": _MIB, "g": _GIB}
+_ACCEPTED = "expected an amount from 1 MiB to 1 TiB such as 6144m, 6144 (MiB) or 6g"
+_HAMI_ACCEPTED = (
+    "expected an amount as HAMi-core reads it, from 1 MiB to 1 TiB, such as 6g, 6144m, "
+    "6291456k or 6442450944 (a bare number is bytes)"
+)
 _QUANTITY = re.compile(r"^\s*([0-9]+)\s*([a-z]*)\s*$", re.IGNORECASE)
 # 1 TiB: more than any GPU has (the MEMORY_LIMIT_MB limit).
 _MAX_MIB = 1 << 20
@@ -72,41 +81,24 @@ class PluginLimit:
     enforced: bool = True
 
 
-def _mib(variable: str, value: str, problems: list[Problem]) -> int | None:
+def _mib(variable: str, value: str, problems: list[Problem], units: Mapping[str, int] = _UNITS,
+         accepted: str = _ACCEPTED) -> int | None:  # fmt: skip
+    """``value`` in whole MiB, read with ``units`` (unit -> bytes), rounded down (a cap stays
+    inside the share); a problem saying ``accepted`` when it is no amount from 1 MiB to 1 TiB."""
     match = _QUANTITY.match(value)
     unit = match.group(2).lower() if match else None
     amount = digits(match.group(1)) if match else None
-    mib = amount * _UNITS[unit] if amount and unit in _UNITS else 0
+    mib = amount * units[unit] >> 20 if amount and unit in units else 0
     if not 0 < mib <= _MAX_MIB:
-        problems.append(
-            Problem(
-                variable,
-                value,
-                "expected an amount from 1 MiB to 1 TiB such as 6144m, 6144 (MiB) or 6g",
-            )
-        )
+        problems.append(Problem(variable, value, accepted))
         return None
     return mib
 
 
 def _hami_mib(variable: str, value: str, problems: list[Problem]) -> int | None:
     """A HAMi amount as HAMi-core reads it: ``1g``, ``1024m``, ``1048576k``, or a bare number
-    of bytes (``1073741824``); whole MiB, rounded down (the cap stays inside the share)."""
-    match = re.fullmatch(r"\s*([0-9]+)\s*([kmg]?)\s*", value, re.IGNORECASE)
-    amount = digits(match.group(1)) if match else None
-    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    mib = amount * scale[match.group(2).lower()] >> 20 if match and amount else 0
-    if not 0 < mib <= _MAX_MIB:
-        problems.append(
-            Problem(
-                variable,
-                value,
-                "expected an amount as HAMi-core reads it, from 1 MiB to 1 TiB, such as 6g, "
-                "6144m, 6291456k or 6442450944 (a bare number is bytes)",
-            )
-        )
-        return None
-    return mib
+    of bytes (``1073741824``)."""
+    return _mib(variable, value, problems, _HAMI_UNITS, _HAMI_ACCEPTED)
 
 
 def _hami(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
