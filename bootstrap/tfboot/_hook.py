@@ -15,7 +15,10 @@ importer with its traceback cut at the hook, and, left uncaught, is shown with t
 importer's own frames only. The loader runs through importlib's
 ``_call_with_frames_removed``, the mark by which CPython drops importlib's frames from a
 traceback (``remove_importlib_frames`` in ``Python/import.c``), and the hook's frame holds
-``__tracebackhide__``, which pytest and IPython hide. Every other exception keeps its frames.
+``__tracebackhide__``, which pytest and IPython hide. An error of the module's own code
+leaves the hook's frame out of its traceback, so it looks as it does without tfboot (bug
+reports about a framework's import never name tfboot). Every other exception keeps its
+frames.
 """
 
 import _thread
@@ -74,7 +77,11 @@ class _HookLoader:
             try:
                 if self._before is not None:
                     self._before(module)
-                self._loader.exec_module(module)
+                try:
+                    self._loader.exec_module(module)
+                except BaseException as exc:
+                    _without_this_frame(exc)
+                    raise
             finally:
                 stack.pop()
             if self._after is not None:
@@ -85,6 +92,16 @@ class _HookLoader:
             # The error alone: none of the frames below the importer's (tfboot's, the
             # framework's own while it imported another watched module) says more than it.
             raise exc.with_traceback(None) from None
+
+
+def _without_this_frame(exc: BaseException) -> None:
+    """The module's own error (a missing library, a broken install) reaches the importer
+    with the frames it has without tfboot: the hook's frame leaves its traceback, and a bare
+    ``raise`` re-raises the traceback as it is (Python 3.11 and later; before, the hook's
+    one frame stays)."""
+    tb = exc.__traceback__
+    if tb is not None and tb.tb_frame.f_code is _HookLoader._exec.__code__:
+        exc.__traceback__ = tb.tb_next
 
 
 class ImportHookFinder:

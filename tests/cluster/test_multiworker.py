@@ -8,7 +8,9 @@ TensorFlow swallows SIGTERM under MultiWorkerMirroredStrategy.
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -134,20 +136,72 @@ def test_the_program_s_own_faulthandler_watchdog_stays_armed() -> None:
     assert "DIST_STARTUP_TIMEOUT=6 reached, ending this worker (exit status 1)" in result.stderr
 
 
-def test_missing_peers_are_named_then_the_startup_timeout_ends_the_worker() -> None:
+LATE_WAIT = """
+import time
+import tensorflow as tf
+time.sleep(9)  # loading data: longer than DIST_STARTUP_TIMEOUT and its margin
+print("the strategy starts", flush=True)
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+print("not reached")
+"""
+
+
+def test_missing_peers_are_named_then_the_startup_timeout_ends_the_worker(tmp_path) -> None:
+    """The clock starts where the strategy waits, not at the import: 9 s of work before it
+    are not counted against a 3 s timeout (plus its 5 s margin). The end is named on stderr
+    and in the usage record, which ``tfboot suggest`` reads as the deadline's end."""
+    usage = tmp_path / "usage.json"
     own, absent = free_ports(2)
     env = task_0(f"localhost:{own}", f"localhost:{absent}", "tfboot-absent-peer.invalid",
-                 DIST_STARTUP_TIMEOUT="5")  # fmt: skip
-    result = run_python(HANG, env, timeout=LIMIT_S)
+                 DIST_STARTUP_TIMEOUT="3", TFBOOT_USAGE_FILE=str(usage))  # fmt: skip
+    result = run_python(LATE_WAIT, env, timeout=LIMIT_S)
     assert result.returncode == 1, result.stderr[-3000:]
-    assert "not reached" not in result.stdout
+    assert "the strategy starts" in result.stdout and "not reached" not in result.stdout
     lines = [x for x in result.stderr.splitlines() if x.startswith("tfboot:")]
     waiting = next(x for x in lines if "still waiting for 2 peer(s)" in x)
     assert f"localhost:{absent} (refused)" in waiting
     assert "tfboot-absent-peer.invalid:2222 (DNS:" in waiting
-    assert lines[-1].startswith("tfboot: error: cluster: after ")
+    assert lines[-1].startswith("tfboot: error: cluster: after 3 s still waiting")
     assert f"localhost:{absent} (refused)" in lines[-1]
-    assert "DIST_STARTUP_TIMEOUT=5 reached, ending this worker (exit status 1)" in lines[-1]
+    assert "DIST_STARTUP_TIMEOUT=3 reached, ending this worker (exit status 1)" in lines[-1]
+    record = json.loads(usage.read_text())
+    assert record["final"] is False and record["reason"] == "waiting for peers", record
+    assert record["waiting"] == {"limit": "DIST_STARTUP_TIMEOUT", "seconds": 3}, record
+    suggested = subprocess.run([sys.executable, "-m", "tfboot", "suggest", str(usage)],
+                               capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert suggested.returncode == 0, suggested.stderr
+    assert "killed" not in suggested.stdout and "grows from" not in suggested.stdout
+    assert "waiting for its peers, which DIST_STARTUP_TIMEOUT=3 s bounds" in suggested.stdout
+
+
+SLOW_START = """
+import json, os, pathlib, sys, time
+import tensorflow as tf
+ready = pathlib.Path(sys.argv[1])
+(ready / os.environ["JOB_COMPLETION_INDEX"]).touch()
+while len(list(ready.iterdir())) < 2:  # both imported: their waits start together
+    time.sleep(0.05)
+time.sleep(float(sys.argv[2]))  # loading data, past the timeout and its margin
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+total = strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+print(json.dumps({"total": float(total)}), flush=True)
+"""
+
+
+def test_work_before_the_group_is_never_counted(tmp_path) -> None:
+    """Two workers load data for 9 s, past DIST_STARTUP_TIMEOUT=3 and its margin, then form
+    their group with every peer present: both train."""
+    script, ready = tmp_path / "slow_start.py", tmp_path / "ready"
+    script.write_text(SLOW_START)
+    ready.mkdir()
+    ports = free_ports(2)
+    hosts = [f"localhost:{p}" for p in ports]
+    with started(script, LIMIT_S) as start:
+        tasks = [start({**task_0(*hosts, DIST_STARTUP_TIMEOUT="3"), "JOB_COMPLETION_INDEX": str(i)},
+                       str(ready), "9") for i in range(2)]  # fmt: skip
+        for result, _ in outputs(tasks):
+            assert result == {"total": 2.0}
 
 
 SPAWN = """
@@ -183,7 +237,9 @@ def test_a_spawned_child_is_no_task_keeps_tf_config_and_starts_no_watcher(tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     out = last_json(result.stdout)
     assert out["exit"] == 0 and out["child"]["error"] is None, result.stderr[-3000:]
-    assert "peer watcher started for 1 peer(s)" in out["calls"]
+    assert "peer watcher started for 1 peer(s); its clock from the start of each wait in " \
+        "CollectiveAllReduceExtended._initialize_multi_worker, remote.connect_to_cluster" \
+        in out["calls"]  # fmt: skip
     assert out["child"]["marker"] == str(out["pid"])  # the task's pid, inherited
     assert not any("peer watcher" in call for call in out["child"]["calls"]), out
     assert out["child"]["line"].startswith("cluster: none here: a child (pid ")

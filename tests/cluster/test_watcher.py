@@ -15,7 +15,9 @@ TIMEOUT_S = 2
 WATCH = """
 import os, signal, sys, time
 from tfboot.cluster.watcher import watch
-child = watch(["localhost:{port}"], {timeout}, quiet={quiet})
+watcher = watch(["localhost:{port}"], {timeout}, quiet={quiet})
+watcher.waiting()  # the wait for the group starts: the clock and the end
+child = watcher.child
 time.sleep(1)  # the child is running, with its SIGINT ignored
 print("own session:", os.getsid(child.pid) != os.getsid(0), flush=True)
 os.kill(child.pid, signal.{signal})
@@ -57,7 +59,8 @@ LATE = """
 import socket, sys, time
 from tfboot.cluster.watcher import watch
 start = time.monotonic()
-watch(["localhost:{port}"], {timeout}, quiet=True)
+watcher = watch(["localhost:{port}"], {timeout}, quiet=True)
+watcher.waiting()
 time.sleep(1.5)
 server = socket.create_server(("localhost", {port}))  # the peer answers before the deadline
 # TensorFlow waits for its peers in C++ holding the interpreter lock; a busy loop with a long
@@ -66,6 +69,7 @@ sys.setswitchinterval(30)
 while time.monotonic() < start + {busy}:
     pass
 sys.setswitchinterval(0.005)
+watcher.waited()  # the group formed: the call that waited returns
 time.sleep({timeout} + {margin} + 1 - (time.monotonic() - start))
 print("survived", flush=True)
 """
@@ -96,7 +100,7 @@ import socket, sys, time
 from tfboot.cluster.watcher import watch
 server = socket.create_server(("localhost", {port}))  # accepts, says nothing
 start = time.monotonic()
-watch(["localhost:{port}"], {timeout}, quiet=True)
+watch(["localhost:{port}"], {timeout}, quiet=True).waiting()
 sys.setswitchinterval(30)
 while time.monotonic() < start + {busy}:
     pass
@@ -110,7 +114,7 @@ def test_many_peers_reach_the_watcher_whatever_their_number() -> None:
 import time
 from tfboot.cluster.watcher import watch
 peers = [f"worker-{i}.a-long-subdomain-name.namespace.svc.cluster.local:2222" for i in range(3000)]
-child = watch(peers, None, quiet=True)
+child = watch(peers, None, quiet=True).child
 time.sleep(2)
 print("watching", child.poll() is None, flush=True)
 child.kill()
@@ -124,8 +128,10 @@ import os, signal, socket, sys, time
 from tfboot.cluster.watcher import watch
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as TensorFlow, waiting on its peers
 server = socket.create_server(("localhost", {port}))
-child = watch(["localhost:{port}"], None, quiet=False, names={{"localhost:{port}": "worker 2"}},
-              grace={grace})
+watcher = watch(["localhost:{port}"], None, quiet=False, names={{"localhost:{port}": "worker 2"}},
+                grace={grace})
+watcher.waiting()
+child = watcher.child
 time.sleep(2)  # the peer answered: the watcher stays beside the worker
 server.close()  # the peer is lost
 print(child.pid, flush=True)

@@ -12,10 +12,15 @@ Before it ends the task, what a layer above registered with ``on_end`` runs (the
 report's final record, so that the end is read as the deadline's, never as a kill).
 
 TensorFlow holds the interpreter lock while it waits for its peers in C++, so no Python
-thread can end its task. ``exit_later`` arms a POSIX timer whose expiry runs the C
-library's ``_exit`` in a thread of the C library's own (``SIGEV_THREAD``): no interpreter
-lock, no signal, nothing of the program's replaced (``faulthandler``'s one watchdog stays
-the program's; it is the fallback only where the C library lacks such timers).
+thread can end its task, nor write its final usage record then. ``within`` brackets the
+call in which it waits (the watcher's clock and end are armed as it starts, and stood down
+as it returns or raises), and what a layer above registered with ``on_wait`` is told as
+the wait starts and ends (the usage report writes a record that names the wait, so a task
+ended in it is read as the deadline's end, never as a kill). ``exit_later`` arms a POSIX
+timer whose expiry runs the C library's ``_exit`` in a thread of the C library's own
+(``SIGEV_THREAD``): no interpreter lock, no signal, nothing of the program's replaced
+(``faulthandler``'s one watchdog stays the program's; it is the fallback only where the C
+library lacks such timers).
 """
 
 from __future__ import annotations
@@ -35,11 +40,40 @@ from ..values import line
 EXIT_STATUS = 1  # as TensorFlow's task at DIST_STARTUP_TIMEOUT
 REASON = "DIST_STARTUP_TIMEOUT"  # the end's name, for what runs before it
 _ending: list[Callable[[str], None]] = []
+_waits: list[Callable[[float | None], None]] = []
 
 
 def on_end(callback: Callable[[str], None]) -> None:
     """Run ``callback(REASON)`` before a deadline ends the process."""
     _ending.append(callback)
+
+
+def on_wait(callback: Callable[[float | None], None]) -> None:
+    """Run ``callback(seconds)`` as a wait that ends the process in C after ``seconds``
+    starts, ``callback(None)`` once it is over (no Python runs at such an end)."""
+    _waits.append(callback)
+
+
+def waiting(seconds: float | None) -> None:
+    """Tell the ``on_wait`` callbacks a bounded wait starts (``seconds``) or ended (None)."""
+    for callback in _waits:
+        with contextlib.suppress(Exception):
+            callback(seconds)
+
+
+def within(function: Callable[..., Any], begin: Callable[[], None],
+           end: Callable[[], None]) -> Callable[..., Any]:  # fmt: skip
+    """``function`` with ``begin()`` before each call and ``end()`` after it, however it ends."""
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        begin()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            end()
+
+    return call
 
 
 def bounded(function: Callable[..., Any], seconds: float, text: str) -> Callable[..., Any]:

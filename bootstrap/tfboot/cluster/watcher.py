@@ -2,43 +2,46 @@
 
 TensorFlow holds the interpreter lock while MultiWorkerMirroredStrategy waits for its
 peers in C++, so no Python thread of the worker can run then. The watcher is therefore a
-small child process (this file run as a script, standard library only): it resolves and
-TCP-connects each peer (not the task itself), logs at most every ``INTERVAL_S`` which
-peers do not answer and why (DNS, refused, timed out) on the worker's stderr, and exits
-once all have answered or the worker is gone.
+small child process (this file run as a script, standard library only), started at
+``import tensorflow`` and told by the worker, on its stdin, when a wait for the group
+starts and ends (``Watcher.waiting``, ``Watcher.waited``: the executor brackets the call in
+which TensorFlow waits, the strategy's ``_initialize_multi_worker`` or
+``connect_to_cluster``). During a wait it resolves and TCP-connects each peer (not the
+task itself), logs at most every ``INTERVAL_S`` which peers do not answer and why (DNS,
+refused, timed out) on the worker's stderr, and stops once all have answered. Work before
+the wait (loading data, building the model) and after it (training) is never counted.
 
 DNS may block for many seconds (a resolver that never answers: glibc's default is 5 s per
 try, twice), and ``getaddrinfo`` takes no timeout. Each peer is therefore probed in a
 short-lived daemon thread of its own, at most one at a time per peer, while the main loop
 keeps the clock: the first wait line comes within ``FIRST_LINE_S``, a resolution still
 running after ``RESOLVE_S`` is reported as "DNS: no answer yet", and the startup timeout is
-checked on time, whatever DNS does. The clock starts when the worker starts the child, at
-``import tensorflow`` (``CLOCK_MONOTONIC`` is shared by all processes), not when the child
-gets going nor when the strategy is built: data loading before that counts too.
+checked on time, whatever DNS does. The clock starts when the worker's wait starts
+(``CLOCK_MONOTONIC`` is shared by all processes; the worker sends its own reading).
 
 With ``DIST_STARTUP_TIMEOUT=S`` the child prints one line naming the peers still missing
-after S seconds, and the worker ends with exit status 1 through ``deadline.exit_later``
-(a timer whose end runs in a C thread that needs no interpreter lock, and also works when
-the worker is PID 1, which other processes cannot kill; the program's ``faulthandler``
-watchdog stays its own); TensorFlow swallows SIGTERM under the strategy anyway. A thread
-of the worker cancels that timer once the child ends in any other way
-than the timeout: every peer answered, or the child itself was killed (then with a warning
-that peers are no longer watched). The child runs in a session of its own and ignores
-SIGINT, so a terminal's Ctrl-C does not end it behind the worker's back.
+S seconds after the wait started, and the worker ends with exit status 1 through
+``deadline.exit_later``, armed as the wait starts (a timer whose end runs in a C thread
+that needs no interpreter lock, and also works when the worker is PID 1, which other
+processes cannot kill; the program's ``faulthandler`` watchdog stays its own); TensorFlow
+swallows SIGTERM under the strategy anyway. The worker cancels that timer as soon as the
+call returns or raises (it has the interpreter lock again then), and a thread of the
+worker cancels it if the child itself was killed (with a warning that peers are no longer
+watched). The child runs in a session of its own and ignores SIGINT, so a terminal's
+Ctrl-C does not end it behind the worker's back.
 
 The child stays until the worker ends. When it gets SIGTERM (``srun --kill-on-bad-exit``
 and ``scancel`` signal every process of the step, and TensorFlow ignores the signal while
 it waits on its peers), it names the peers that no longer answer (the lost task among
 them), and kills the worker with SIGKILL if it is still running ``DIST_TERM_GRACE``
-seconds later, so the step ends in seconds instead of Slurm's ``KillWait``. SIGUSR1 from
-the worker says the group formed (the worker's interpreter is free again): the child
-then stops waiting to name the cause of a timeout.
+seconds later, so the step ends in seconds instead of Slurm's ``KillWait``.
 
-The cancel runs in Python, so it needs the interpreter lock, which TensorFlow holds while
-it waits in C++. The timer therefore fires ``EXIT_MARGIN_S`` after the timeout: a group
-whose last peer answers just before the deadline is not ended while TensorFlow reconnects.
-The window left: a peer answering that late whose TensorFlow still holds the lock
-``EXIT_MARGIN_S`` later (it retries every few seconds) is ended all the same.
+Every peer may answer while TensorFlow still cannot form the group (a sidecar proxy
+answers for an absent peer): the child then names that cause at the deadline. The timer
+fires ``EXIT_MARGIN_S`` after the timeout, so the child's line comes first and a group
+whose last peer answers just before the deadline is not ended while TensorFlow
+reconnects. The window left: a group still not formed ``EXIT_MARGIN_S`` after the
+deadline is ended all the same.
 """
 
 from __future__ import annotations
@@ -62,11 +65,11 @@ CONNECT_TIMEOUT_S = 2.0
 EXIT_MARGIN_S = 5.0  # the worker ends this long after the timeout (the child's last line)
 ANSWERED, TIMED_OUT = 0, 3  # the child's exit statuses
 NO_ANSWER = "no answer yet"
-ANSWERED_LINE = b"answered\n"  # the child's word to the worker, on its stdout
+END_OF_PEERS = "."  # the line after the peers on the child's stdin
+WAIT, DONE = "wait", "done"  # the worker's words on it: "wait <its monotonic clock>", "done"
 TERM_GRACE_S = 5  # DIST_TERM_GRACE's default
-_keep: list[object] = []  # the child, kept as long as the worker runs
+_keep: list[object] = []  # the watchers, kept as long as the worker runs
 _terminated = threading.Event()  # the child got SIGTERM
-_formed = threading.Event()  # the worker said the group formed (SIGUSR1)
 
 
 def _emit(kind: str, text: str) -> None:
@@ -143,42 +146,87 @@ def wait_line(pending: dict[str, str], elapsed: float) -> str:
     return f"cluster: after {elapsed:.0f} s still waiting for {len(pending)} peer(s): {listed}"
 
 
+class Orders:
+    """The worker's words on the child's stdin, read by a daemon thread: when a wait started
+    (its clock), and that it is over. The end of the stream is the worker gone."""
+
+    def __init__(self, stream: Any, wake: threading.Event) -> None:
+        self._stream, self._wake = stream, wake
+        self.started: float | None = None  # the worker's clock at the wait's start, not taken
+        self.done = threading.Event()  # the wait in progress is over
+        threading.Thread(target=self._read, name="orders", daemon=True).start()
+
+    def _read(self) -> None:
+        for order in self._stream:
+            word, _, value = order.strip().partition(" ")
+            if word == WAIT:
+                self.done.clear()
+                self.started = float(value)
+            elif word == DONE:
+                self.done.set()
+            self._wake.set()
+
+    def take(self) -> float | None:
+        started, self.started = self.started, None
+        return started
+
+
 def run(
+    parent: int,
+    peers: dict[str, str],
+    timeout: float | None,
+    quiet: bool,
+    grace: float = TERM_GRACE_S,
+    orders: Any = (),
+) -> int:
+    """The child's loop; returns ANSWERED (also when the worker is gone) or TIMED_OUT.
+
+    ``peers``: address -> the task it is ("worker 2"), for the lines; ``orders``: the lines
+    the worker sends (``Orders``). Between waits the child stays beside the worker, ready for
+    a SIGTERM; each wait is a round of probes (``_round``).
+    """
+    wake = threading.Event()
+    _signal_wakes(wake)
+    told = Orders(orders, wake)
+    while os.getppid() == parent:
+        if _terminated.is_set():
+            return _end(parent, peers, grace, quiet)
+        started = told.take()
+        if started is not None:
+            if _round(parent, started, peers, timeout, quiet, wake, told) == TIMED_OUT:
+                return TIMED_OUT
+            continue
+        wake.wait(PROBE_S)
+        wake.clear()
+    return ANSWERED
+
+
+def _round(
     parent: int,
     started: float,
     peers: dict[str, str],
     timeout: float | None,
     quiet: bool,
-    grace: float = TERM_GRACE_S,
+    wake: threading.Event,
+    told: Orders,
 ) -> int:
-    """The child's loop; returns ANSWERED (also when the worker is gone) or TIMED_OUT.
-
-    ``peers``: address -> the task it is ("worker 2"), for the lines.
-
-    ``started`` is the worker's ``time.monotonic()`` when it started the child. Once every
-    peer answered, the child says so on stdout (``ANSWERED_LINE``) and, with a timeout, stays
-    until the worker stops it: if the worker is still stuck at the deadline (a sidecar proxy
-    answered for an absent peer, or TensorFlow cannot form the group), the exit that follows
-    comes with a line saying so.
-    """
-    wake = threading.Event()
+    """One wait, from the worker's clock ``started``: probe until every peer answered and the
+    worker said the wait is over (ANSWERED), or the timeout (TIMED_OUT, its line said)."""
     probes = [PeerProbe(peer, wake) for peer in peers]
-    _signal_wakes(wake)
     deadline = float("inf") if timeout is None else started + timeout
     next_line = float("inf") if quiet else started + FIRST_LINE_S  # the next wait line's time
     printed = False
-    while os.getppid() == parent:
+    while os.getppid() == parent and not told.done.is_set():
         wake.clear()  # before looking: a probe ending from here on ends the wait below at once
         if _terminated.is_set():
-            return _end(parent, peers, grace, quiet)
+            return ANSWERED  # the main loop names the lost peers
         now = time.monotonic()
         probes = [p for p in probes if not p.answered]
         if not probes:
             if printed:
                 done = f"cluster: all {len(peers)} peer(s) answered after {now - started:.0f} s"
                 _emit("info", done)
-            status = _answered(parent, started, len(peers), timeout)
-            return status if status == TIMED_OUT else _stay(parent, peers, grace, quiet)
+            return _answered(parent, started, len(peers), timeout, told)
         for p in probes:
             if p.due(now):
                 p.start(now)
@@ -194,19 +242,16 @@ def run(
     return ANSWERED
 
 
-def _answered(parent: int, started: float, count: int, timeout: float | None) -> int:
-    """Tell the worker every peer answered; with a timeout, name the cause if it still ends."""
-    try:
-        os.write(1, ANSWERED_LINE)
-    except OSError:
-        return ANSWERED  # the worker is gone
+def _answered(parent: int, started: float, count: int, timeout: float | None,
+              told: Orders) -> int:  # fmt: skip
+    """Every peer answered; with a timeout, name the cause if the wait still runs out."""
     if timeout is None:
         return ANSWERED
     while os.getppid() == parent and time.monotonic() < started + timeout:
-        if _formed.is_set() or _terminated.is_set():
+        if told.done.is_set() or _terminated.is_set():
             return ANSWERED
-        _formed.wait(min(PROBE_S, max(0.0, started + timeout - time.monotonic())))
-    if os.getppid() != parent:
+        told.done.wait(min(PROBE_S, max(0.0, started + timeout - time.monotonic())))
+    if os.getppid() != parent or told.done.is_set():
         return ANSWERED
     _emit(
         "error",
@@ -220,27 +265,15 @@ def _answered(parent: int, started: float, count: int, timeout: float | None) ->
 
 
 def _signal_wakes(wake: threading.Event) -> None:
-    """SIGTERM and SIGUSR1 set their events and wake the loop (the child's main thread)."""
+    """SIGTERM sets its event and wakes the loop (the child's main thread)."""
     if threading.current_thread() is not threading.main_thread():
         return  # only the main thread may set handlers (the child's loop runs there)
 
-    def on(event: threading.Event) -> Any:
-        def handler(_signum: int, _frame: Any) -> None:
-            event.set()
-            wake.set()
+    def handler(_signum: int, _frame: Any) -> None:
+        _terminated.set()
+        wake.set()
 
-        return handler
-
-    signal.signal(signal.SIGTERM, on(_terminated))
-    signal.signal(signal.SIGUSR1, on(_formed))
-
-
-def _stay(parent: int, peers: dict[str, str], grace: float, quiet: bool) -> int:
-    """Every peer answered: stay beside the worker until it ends, ready for a SIGTERM."""
-    while os.getppid() == parent:
-        if _terminated.wait(PROBE_S):
-            return _end(parent, peers, grace, quiet)
-    return ANSWERED
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _lost(peers: dict[str, str]) -> dict[str, str]:
@@ -279,26 +312,56 @@ def _end(parent: int, peers: dict[str, str], grace: float, quiet: bool) -> int:
     return ANSWERED
 
 
-def _follow(child: subprocess.Popen[bytes], cancel: Callable[[], object] | None,
-            quiet: bool) -> None:  # fmt: skip
-    """Once every peer answered, or the child ends without reaching the timeout, nothing may
-    end the worker (``cancel``: the armed end's). Runs when the worker's interpreter is
-    free: while TensorFlow holds it, waiting for the group, the end stays armed."""
-    assert child.stdout is not None
-    if child.stdout.readline() == ANSWERED_LINE:
+class Watcher:
+    """The worker's side: the child, and the end armed while a wait runs."""
+
+    def __init__(self, child: subprocess.Popen[bytes], timeout: float | None,
+                 quiet: bool) -> None:  # fmt: skip
+        self.child, self.timeout, self.quiet = child, timeout, quiet
+        self.cancel: Callable[[], object] | None = None
+
+    def _tell(self, order: str) -> bool:
+        stdin = self.child.stdin
+        try:
+            assert stdin is not None
+            stdin.write(order.encode() + b"\n")
+            stdin.flush()
+        except (OSError, ValueError, AssertionError):  # the child is gone: already said
+            return False
+        return True
+
+    def waiting(self) -> None:
+        """A wait for the group starts: the child's clock, and with a timeout, the end."""
+        if self._tell(f"{WAIT} {time.monotonic()!r}") and self.timeout is not None:
+            from .deadline import EXIT_STATUS, exit_later, waiting
+
+            waiting(self.timeout)
+            self.stand_down()
+            self.cancel = exit_later(self.timeout + EXIT_MARGIN_S, EXIT_STATUS)
+
+    def waited(self) -> None:
+        """The wait is over (the call returned or raised): nothing may end the worker."""
+        if self.stand_down():
+            from .deadline import waiting
+
+            waiting(None)
+        self._tell(DONE)
+
+    def stand_down(self) -> bool:
+        cancel, self.cancel = self.cancel, None
         if cancel is not None:
             cancel()
-        # It waits only to name the cause of a timeout exit; it stays for a SIGTERM.
-        with contextlib.suppress(OSError):
-            child.send_signal(signal.SIGUSR1)
-        return
-    status = child.wait()
-    if status == TIMED_OUT:
-        return
-    if cancel is not None:
-        cancel()
-    if status != ANSWERED and not quiet:
-        _emit("warning", f"cluster: peer watcher ended (status {status}); peers no longer watched")
+        return cancel is not None
+
+    def follow(self) -> None:
+        """Once the child ends without reaching the timeout, nothing may end the worker."""
+        status = self.child.wait()
+        if status == TIMED_OUT:
+            return
+        self.stand_down()
+        if status != ANSWERED and not self.quiet:
+            ended = f"cluster: peer watcher ended (status {status}); peers no longer watched"
+            _emit("warning", ended)
 
 
 def watch(
@@ -307,55 +370,48 @@ def watch(
     quiet: bool,
     names: dict[str, str] | None = None,
     grace: float = TERM_GRACE_S,
-) -> subprocess.Popen[bytes] | None:
-    """Start the watcher child for ``peers``; with ``timeout``, arm the exit. Never blocks.
+) -> Watcher | None:
+    """Start the watcher child for ``peers``; a wait with ``timeout`` ends the worker at its
+    deadline (``Watcher.waiting``). Never blocks.
 
     ``names``: address -> the task it is, for the lines; ``grace``: how long the worker may
     outlive a SIGTERM. None when it could not start. A descendant of the task (a subprocess,
     a multiprocessing worker importing TensorFlow) is no task (``engines.task_of``) and
     starts none. The peers go to the child on its stdin, so their number never meets the
-    argument limits.
+    argument limits; the stdin stays open for the worker's words.
     """
-    started = time.monotonic()
-    args = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid()), repr(started)]
+    args = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid())]
     args += [str(timeout or 0), "quiet" if quiet else "info", str(grace)]
     try:
         child = subprocess.Popen(  # its own session: a terminal's Ctrl-C reaches only the worker
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
+            args, stdin=subprocess.PIPE, start_new_session=True
         )
         assert child.stdin is not None
-        with child.stdin:
-            named = names or {}
-            child.stdin.write("\n".join(f"{p} {named.get(p, '')}".strip() for p in peers).encode())
+        named = names or {}
+        listed = [f"{p} {named.get(p, '')}".strip() for p in peers] + [END_OF_PEERS]
+        child.stdin.write("".join(f"{x}\n" for x in listed).encode())
+        child.stdin.flush()
     except OSError as exc:  # no interpreter to run (an embedded Python): say so, go on
         if not quiet:
             _emit(
                 "warning", f"cluster: the peer watcher could not start ({exc}); peers not watched"
             )
         return None
-    cancel = None
-    if timeout is not None:
-        from .deadline import EXIT_STATUS, exit_later
-
-        cancel = exit_later(timeout + EXIT_MARGIN_S, EXIT_STATUS)
-    _keep.append(child)
-    waiter = threading.Thread(
-        target=_follow, args=(child, cancel, quiet), name="tfboot-peers", daemon=True
-    )
-    waiter.start()
-    return child
+    watcher = Watcher(child, timeout, quiet)
+    _keep.append(watcher)
+    threading.Thread(target=watcher.follow, name="tfboot-peers", daemon=True).start()
+    return watcher
 
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the worker decides on an interrupt
-    _parent, _started, _timeout, _level, _grace = sys.argv[1:]
-    _peers = dict([*line.split(" ", 1), ""][:2] for line in sys.stdin.read().splitlines())
-    _code = run(
-        int(_parent),
-        float(_started),
-        _peers,
-        float(_timeout) or None,
-        _level == "quiet",
-        float(_grace),
-    )
+    _parent, _timeout, _level, _grace = sys.argv[1:]
+    _peers: dict[str, str] = {}
+    for _line in sys.stdin:
+        if _line.strip() == END_OF_PEERS:
+            break
+        _address, _, _name = _line.strip().partition(" ")
+        _peers[_address] = _name
+    _code = run(int(_parent), _peers, float(_timeout) or None, _level == "quiet",
+                float(_grace), sys.stdin)  # fmt: skip
     sys.exit(_code)

@@ -89,6 +89,16 @@ def memory_governor(_module: ModuleType, watch: Watch) -> str | None:
     return start(watch)
 
 
+# Where TensorFlow waits for its peers: MultiWorkerMirroredStrategy's start (its server,
+# then the coordination service's wait for every task), and a coordinator's connection to
+# its cluster (ParameterServerStrategy, ``tf.config.experimental_connect_to_cluster``).
+TF_WAITS = (
+    ("tensorflow.python.distribute.collective_all_reduce_strategy",
+     "CollectiveAllReduceExtended", "_initialize_multi_worker"),
+    ("tensorflow.python.eager.remote", "", "connect_to_cluster"),
+)  # fmt: skip
+
+
 def peer_watcher(
     _tf: ModuleType,
     peers: Any,
@@ -97,12 +107,28 @@ def peer_watcher(
     names: dict[str, str],
     grace: float | None,
 ) -> str | None:
-    """The process that ends this task when a peer is lost (``cluster.watcher``)."""
+    """The process that ends this task when a peer is lost (``cluster.watcher``), and
+    each of TensorFlow's waits for its peers bracketed for it (``TF_WAITS``)."""
+    import sys
+
+    from ..cluster.deadline import within
     from ..cluster.watcher import TERM_GRACE_S, watch
 
-    if watch(peers, timeout, quiet=quiet, names=names, grace=grace or TERM_GRACE_S) is None:
+    watcher = watch(peers, timeout, quiet=quiet, names=names, grace=grace or TERM_GRACE_S)
+    if watcher is None:
         return None
-    return f"peer watcher started for {len(peers)} peer(s)"
+    bracketed = []
+    for module_name, owner_name, name in TF_WAITS:
+        module = sys.modules.get(module_name)
+        owner = getattr(module, owner_name, None) if owner_name else module
+        if callable(getattr(owner, name, None)):
+            _replace(owner, name, lambda f: within(f, watcher.waiting, watcher.waited))
+            bracketed.append(f"{owner_name or module_name.rpartition('.')[2]}.{name}")
+    started = f"peer watcher started for {len(peers)} peer(s)"
+    if not bracketed:  # a TensorFlow that waits elsewhere: the clock runs from the import
+        watcher.waiting()
+        return f"{started}; its clock from the import (none of TensorFlow's waits found)"
+    return f"{started}; its clock from the start of each wait in {', '.join(bracketed)}"
 
 
 def _replace(module: Any, name: str, wrap: Callable[[Any], Any]) -> None:

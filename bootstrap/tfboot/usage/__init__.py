@@ -96,6 +96,7 @@ class Report:
         self.members_lock = threading.Lock()  # guards ``members`` only, never held over I/O
         self.warned: set[str] = set()
         self.exception: str | None = None
+        self.waiting_for: dict[str, Any] | None = None  # a wait that ends the process in C
         self.done = False
         # The publisher's bell: a pipe, so a signal handler can ring it without a lock.
         self.bell = os.pipe()
@@ -143,6 +144,8 @@ class Report:
         record = self.meter.record(self.frameworks, reason, final, members)
         record["run"] = self.job.to_dict()
         record["signals"] = list(self.signals)
+        if self.waiting_for is not None and not final:
+            record["waiting"] = dict(self.waiting_for)
         if members:
             record["members"] = members
         record["suggest"] = suggest([record], unfinished_killed=False)
@@ -244,6 +247,20 @@ class Report:
         self.signalled = reason
         self.signals.append(f"{reason} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}")
         self.ring()
+
+    def waiting(self, seconds: float | None) -> None:
+        """A wait that ends the process in C at ``seconds`` starts (no Python runs at that
+        end, so no final record can come): a record naming the wait is written now, in the
+        caller's thread, and read as that end should no other follow. None: it is over, and
+        the publisher writes a record that no longer names it."""
+        if seconds is None:
+            self.waiting_for = None
+            self.ring()
+            return
+        self.waiting_for = {"limit": "DIST_STARTUP_TIMEOUT", "seconds": seconds}
+        if self.sinks and not self.done:
+            self.publish(self.record("waiting for peers", final=False),
+                         time.monotonic() + SNAPSHOT_PUSH_S)  # fmt: skip
 
     def finish(self, reason: str) -> None:
         """The final report, once, in the process that started it, within the deadline."""

@@ -3,16 +3,17 @@
 The exit status and the signal's disposition stay exactly what they would be without
 tfboot. ``atexit`` reports a normal end, ``sys.exit`` and an uncaught exception (named by a
 chained ``sys.excepthook``; the program's hook still prints); ``cluster.deadline`` the end
-``DIST_STARTUP_TIMEOUT`` gives a PyTorch task, as ``DIST_STARTUP_TIMEOUT``. SIGTERM, where
-the program has no handler of its own yet: the final report, then the signal again with its default
-action, so the process still ends by it. Where the program had a handler before the
-framework's import: a snapshot is asked for (no I/O in the handler), then the program's
-handler runs and decides; one installed later simply replaces tfboot's. A forked child
-gets the disposition that was there before tfboot. A process that
-ignores SIGTERM keeps ignoring it (no handler is installed), and so does PID 1 with no
-handler (the kernel drops a signal PID 1 does not handle): it gets a snapshot and goes on,
-and its real end is reported at exit. tfboot's part of a handler never raises into the
-program, whatever stderr is.
+``DIST_STARTUP_TIMEOUT`` gives a PyTorch task, as ``DIST_STARTUP_TIMEOUT``; a TensorFlow
+task, which that end leaves no Python to report, by a record written as its wait starts.
+SIGTERM, where the program has no handler of its own yet: the final report, then the
+signal again with its default action, so the process still ends by it. Where the program
+had a handler before the framework's import: a snapshot is asked for (no I/O in the
+handler), then the program's handler runs and decides; one installed later simply
+replaces tfboot's. A forked child gets the disposition that was there before tfboot. A
+process that ignores SIGTERM keeps ignoring it (no handler is installed), and so does PID 1
+with no handler (the kernel drops a signal PID 1 does not handle): it gets a snapshot and
+goes on, and its real end is reported at exit. tfboot's part of a handler never raises into
+the program, whatever stderr is.
 """
 
 from __future__ import annotations
@@ -31,10 +32,11 @@ PID1_IGNORED = "SIGTERM (ignored: PID 1 without a handler)"
 
 def hook(report: Any) -> None:
     """Hook the process's ends for ``report`` (an ``usage.Report``)."""
-    from ..cluster.deadline import on_end
+    from ..cluster.deadline import on_end, on_wait
 
     atexit.register(_quietly, report.finish, "exit")
     on_end(report.finish)  # DIST_STARTUP_TIMEOUT ends the task with os._exit: no atexit
+    on_wait(report.waiting)  # ... or in C, where no Python runs: named as the wait starts
     _chain_excepthook(report)
     _on_sigterm(report)
 

@@ -41,7 +41,10 @@ CPU = {"used_cpus": ("number", MAX_CPUS), "quota": ("number", MAX_CPUS),
        "cpu_seconds": ("number", MAX_SECONDS * MAX_CPUS), "wall_seconds": ("number", MAX_SECONDS),
        "throttled_fraction": ("ratio", 1), "threads": ("count", MAX_CPUS),
        "source": ("str", 1024)}  # fmt: skip
-REQUIRED = {"gpu": ("index", "physical", "framework"), "cpu": (), "host_memory": ()}
+# A record written as a wait that ends the process in C began (no final record follows).
+WAITING = {"limit": ("str", 64), "seconds": ("number", MAX_SECONDS)}
+REQUIRED = {"gpu": ("index", "physical", "framework"), "cpu": (), "host_memory": (),
+            "waiting": ("limit", "seconds")}  # fmt: skip
 
 
 class Unusable(ValueError):
@@ -160,6 +163,10 @@ def problem(record: Any, where: str = "the record", members: bool = True) -> str
     found = _share(record.get("gpu_share"), f"{where}.gpu_share")
     if found:
         return found
+    if record.get("waiting") is not None:
+        found = _section(record["waiting"], WAITING, f"{where}.waiting", REQUIRED["waiting"])
+        if found:
+            return found
     run = record.get("run")
     if run is not None and not (isinstance(run, dict) and isinstance(run.get("id"), str)
                                 and len(run["id"]) <= 256):  # fmt: skip

@@ -65,7 +65,13 @@ def run_needs(record: dict[str, Any], unfinished_killed: bool = True) -> dict[st
     """One run's needs: GPU MiB per physical GPU, host memory MiB, CPUs; with the reasons.
     ``unfinished_killed``: a record with no final report is a run that was killed."""
     why: list[str] = []
-    killed = unfinished_killed and not record.get("final", False)
+    notes: list[str] = []
+    waited = None if record.get("final", False) else record.get("waiting")
+    killed = unfinished_killed and not record.get("final", False) and not waited
+    if waited:
+        notes.append(f"no final report: the run was waiting for its peers, which "
+                     f"{waited['limit']}={waited['seconds']:g} s bounds; read as that end, "
+                     "not as a kill")  # fmt: skip
     gpu = _gpu_need(record.get("gpus") or [], why)
     memory = record.get("host_memory") or {}
     memory_need = None
@@ -85,7 +91,6 @@ def run_needs(record: dict[str, Any], unfinished_killed: bool = True) -> dict[st
             why.append(f"host memory grows from its limit {limit} MiB ({cause})")
     cpu = record.get("cpu") or {}
     cpu_need = None
-    notes: list[str] = []
     wall = cpu.get("wall_seconds")
     short = isinstance(wall, int | float) and wall < MIN_CPU_WINDOW_S
     if short and cpu.get("used_cpus") is not None:
