@@ -7,6 +7,9 @@ TensorFlow really did inside the container, independently of what tfboot reports
 
 from __future__ import annotations
 
+import json
+import sys
+import sysconfig
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +22,15 @@ from testcontainers.core.container import DockerContainer
 # The Ryuk reaper is an image from a registry, which these machines cannot reach; every
 # container here is removed by the context manager instead.
 testcontainers_config.ryuk_disabled = True
+
+# The test environment's site-packages, with PyTorch and JAX, which the images lack and no
+# registry can give them: mounted read-only behind the image's own (``with_frameworks``).
+SITE = Path(sysconfig.get_paths()["purelib"])
+MOUNTED_SITE = "/opt/test-site-packages"
+IMAGE_PYTHON = (
+    "import json, sys, sysconfig; "
+    "print(json.dumps([list(sys.version_info[:2]), sysconfig.get_paths()['purelib']]))"
+)
 
 # Quiet TensorFlow's C++ start-up chatter, so a failing test shows the relevant stderr.
 QUIET_TF = {"TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -107,3 +119,21 @@ def run_container(
         status = container.get_wrapped_container().wait(timeout=timeout)
         stdout, stderr = container.get_logs()
     return Outcome(int(status["StatusCode"]), stdout.decode(), stderr.decode())
+
+
+def image_site(image: str) -> str:
+    """``image``'s site-packages, once its CPython is checked to be this one's version (the
+    mounted site-packages' compiled modules need it)."""
+    import pytest
+
+    import docker
+
+    logs = docker.from_env().containers.run(image, ["python3", "-c", IMAGE_PYTHON], remove=True)
+    version, site = json.loads(logs.decode())
+    if tuple(version) != sys.version_info[:2]:
+        pytest.fail(
+            f"the image has CPython {'.'.join(map(str, version))}, the tests run on "
+            f"{sys.version_info[0]}.{sys.version_info[1]}: the mounted site-packages' "
+            "compiled modules (PyTorch, JAX) need the same version"
+        )
+    return str(site)

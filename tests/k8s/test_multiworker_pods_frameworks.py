@@ -33,11 +33,9 @@ that the init has no handler for), so those Pods run under the engine's init (``
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
-import sysconfig
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -46,12 +44,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from container_runs import QUIET_TF, Outcome
+from container_runs import MOUNTED_SITE, QUIET_TF, SITE, Outcome
+from container_runs import image_site as site_of
 from kustomize import REPO, copy_k8s, documents, render_text, set_literal
 from support import last_json, scenario_env
 from test_multiworker_pods import Cluster, finish
-
-import docker
 
 pytestmark = [
     pytest.mark.docker,
@@ -67,8 +64,6 @@ TERM_GRACE_S = 5  # DIST_TERM_GRACE's default
 LOST_LIMIT_S = TERM_GRACE_S + 5  # TensorFlow's bound for a lost task ending the others
 DP_TRAIN = REPO / "tests" / "cluster" / "dp_train.py"
 SCRIPT = "/opt/dp_train.py"
-SITE = Path(sysconfig.get_paths()["purelib"])  # the test environment's, with torch and jax
-MOUNTED_SITE = "/opt/test-site-packages"
 SCRIPT_ENV = {"torch": {}, "jax": {}, "keras": {"KERAS_BACKEND": "jax"}}
 LOG_NAME = {"torch": "PyTorch", "jax": "JAX", "keras": "JAX"}
 LONG_RUN = {"STEPS": "100000", "STEP_S": "0.05", "LOSE_RANK": "2", "LOSE_STEP": "5"}
@@ -80,11 +75,6 @@ LOST_PEER = {
         r"Task 2 heartbeat timeout|Gloo \w+ failed: .* Connection (closed|reset) by peer"
     ),
 }
-IMAGE_PYTHON = (
-    "import json, sys, sysconfig; "
-    "print(json.dumps([list(sys.version_info[:2]), sysconfig.get_paths()['purelib']]))"
-)
-
 
 class FrameworkPods(Cluster):
     """``Cluster``, its containers also given the training script, the mounted
@@ -126,17 +116,7 @@ class FrameworkPods(Cluster):
 @pytest.fixture(scope="module")
 def image_site(tfboot_image: str) -> str:
     """The image's site-packages, once its CPython is checked to be this one's version."""
-    logs = docker.from_env().containers.run(
-        tfboot_image, ["python3", "-c", IMAGE_PYTHON], remove=True
-    )
-    version, site = json.loads(logs.decode())
-    if tuple(version) != sys.version_info[:2]:
-        pytest.fail(
-            f"the image has CPython {'.'.join(map(str, version))}, the tests run on "
-            f"{sys.version_info[0]}.{sys.version_info[1]}: the mounted site-packages' "
-            "compiled modules (PyTorch, JAX) need the same version"
-        )
-    return str(site)
+    return site_of(tfboot_image)
 
 
 @pytest.fixture

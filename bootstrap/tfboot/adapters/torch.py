@@ -27,6 +27,7 @@ from ..budget.roles import NAMES, Role, decide
 from ..errors import ConfigError, Problem
 from ..node.cuda import CUDA_VISIBLE, cuda_devices
 from ..node.nvml import read_inventory
+from ..node.shm import SharedMemory, read_shm
 from ..provenance import user_value
 from ..settings import Settings
 from . import Call, Patch, Peak, Plan, Read, release_memory
@@ -85,7 +86,8 @@ def facts(stage: str, budget: Budget, read: Read) -> dict[str, Any]:
     devices: list[str] = []
     if cuda_build and budget.settings.device_given():
         devices = cuda_devices(budget.env, read_inventory(budget.env).count)[0]
-    return {"devices": devices, "started": bool(read.call("cuda.is_initialized")), "agent": agent}
+    return {"devices": devices, "started": bool(read.call("cuda.is_initialized")), "agent": agent,
+            "shm": read_shm()}  # fmt: skip
 
 
 def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
@@ -98,7 +100,7 @@ def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
         if budget.settings.cluster is not None and budget.role.runs_model:
             budget.launch(NAME, agent=facts["agent"])  # raises before PyTorch's code runs
         return refusals_only
-    made = plan_torch(budget, facts["devices"], facts["agent"])
+    made = plan_torch(budget, facts["devices"], facts["agent"], facts["shm"])
     if facts["started"]:
         raise ConfigError(
             Problem(
@@ -111,9 +113,11 @@ def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
     return made
 
 
-def plan_torch(budget: Budget, devices: list[str], agent: tuple[str, ...] | None = None) -> Plan:
+def plan_torch(budget: Budget, devices: list[str], agent: tuple[str, ...] | None = None,
+               shm: SharedMemory | None = None) -> Plan:  # fmt: skip
     """PyTorch's plan; ``devices``: what CUDA lists before narrowing (see ``cuda_devices``);
-    ``agent``: this process is torchrun itself, with these options of its own."""
+    ``agent``: this process is torchrun itself, with these options of its own; ``shm``:
+    ``/dev/shm``, where DataLoader workers pass their batches."""
     settings, env = budget.settings, budget.env
     plan = Plan(NAME, budget.role)
     refusals(plan, settings)
@@ -148,10 +152,23 @@ def plan_torch(budget: Budget, devices: list[str], agent: tuple[str, ...] | None
         if deadline is not None:
             needs = ("distributed.init_process_group",)
             plan.calls.append(Patch("torch deadline", deadline, plan.cluster.line(), needs))
+    _loader(plan, budget, shm)
     if caps is not None:
         plan.calls.append(caps)  # queued for CUDA's start, after the pools are sized
     plan.check()
     return plan
+
+
+def _loader(plan: Plan, budget: Budget, shm: SharedMemory | None) -> None:
+    """DataLoader workers against the CPU quota and ``/dev/shm`` (``executor.loader``); a
+    ``/dev/shm`` smaller than a loader plausibly needs is said in the line."""
+    if shm is not None and shm.small:
+        plan.decisions.append(f"{shm.describe()}: DataLoader workers pass their batches "
+                              "through it (checked when a loader starts)")  # fmt: skip
+    quiet = budget.settings.control.log == "quiet"
+    needs = ("utils.data.dataloader._MultiProcessingDataLoaderIter", "UntypedStorage._new_shared")
+    args = (budget.cpu.quota, budget.cpu.quota_source, quiet)
+    plan.calls.append(Patch("torch loader", args, "DataLoader workers checked", needs))
 
 
 def _threads(name: str, count: int, reason: str) -> Call:

@@ -108,7 +108,17 @@ def _torch(torch: Any) -> dict[str, Any]:
             "intra_op": torch.get_num_threads(),
             "inter_op": torch.get_num_interop_threads(),
         },
+        "shm": _shm(),
     }
+
+
+def _shm() -> dict[str, Any]:
+    """``/dev/shm``, where DataLoader workers pass their batches."""
+    from ..node.shm import PLAUSIBLE_MIB, read_shm
+
+    shm = read_shm()
+    return {"size_mib": shm.size_mib, "free_mib": shm.free_mib, "fstype": shm.fstype,
+            "small": shm.small, "plausible_mib": PLAUSIBLE_MIB, "line": shm.describe()}  # fmt: skip
 
 
 def render(sections: dict[str, dict[str, Any]]) -> list[str]:
@@ -135,6 +145,11 @@ def render(sections: dict[str, dict[str, Any]]) -> list[str]:
             lines.append(f"  {name}: {shown}")
         threads = ", ".join(f"{k} {v}" for k, v in section.get("threads", {}).items())
         lines.append(f"  threads: {threads or 'unknown'}")
+        if section.get("shm"):
+            shm = section["shm"]
+            small = (f": smaller than a DataLoader with workers plausibly needs "
+                     f"({shm['plausible_mib']} MiB)") if shm["small"] else ""  # fmt: skip
+            lines.append(f"  {shm['line']}{small}")
         lines += [f"  env: {k}={v}" for k, v in section.get("environ", {}).items()]
         lines += [f"  warning: {w}" for w in section.get("warnings", [])]
     return lines

@@ -193,7 +193,15 @@ def torch_deadline(torch: ModuleType, seconds: int, waits: str) -> str | None:
     return f"torch.distributed.init_process_group bounded by {seconds} s from each call's start"
 
 
+def torch_loader(torch: ModuleType, quota: float | None, source: str, quiet: bool) -> str:
+    """DataLoader workers against the CPU quota and ``/dev/shm`` (``executor.loader``)."""
+    from .loader import install
+
+    return install(torch, quota, source, quiet)
+
+
 PATCHES: dict[str, Callable[..., str | None]] = {
+    "torch loader": torch_loader,
     "jax distributed": jax_distributed,
     "torch deadline": torch_deadline,
     "tf.data defaults": tf_data_defaults,

@@ -1,0 +1,208 @@
+"""PyTorch's DataLoader under the container's budget: its workers against the CPU quota, its
+batches against ``/dev/shm``, said before they break, and a full ``/dev/shm`` named with its
+fix for the engine the job runs on.
+
+Nothing the program passed is changed; every wrapper calls PyTorch's own code with the
+same arguments and returns what it returns.
+
+- When a loader's workers start (``_MultiProcessingDataLoaderIter.__init__``): one warning
+  when ``num_workers`` and the main process are more processes than the CPU quota. Each
+  worker runs PyTorch's ``torch.set_num_threads(1)`` itself, after tfboot's import in a
+  spawned worker, so a worker has one thread.
+- At the first batch the main process receives (``_process_data``): the loader holds up to
+  ``num_workers x prefetch_factor`` batches in ``/dev/shm`` and one in use; one warning
+  when that is more than ``/dev/shm``'s size. A warning, not an error: the estimate is
+  taken from the first batch, and a loader whose later batches are smaller, or whose main
+  process keeps up, runs.
+- Where PyTorch then cannot allocate a batch there (``UntypedStorage._new_shared`` raising
+  ``ENOSPC``, in the worker, PyTorch 2.13's "unable to allocate shared memory(shm)") or a
+  worker dies of SIGBUS writing to it (older versions), the job's error says what was
+  needed, what ``/dev/shm`` has, and how to give it more, chained to PyTorch's own.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from ..node.hostmem import memory_budget
+from ..node.shm import MIB, PATH, read_shm
+from .result import emit
+
+PREFETCH = 2  # PyTorch's default prefetch_factor with workers
+ROUND_MIB = 64  # a suggested size is a multiple of this
+FULL = ("No space left on device", "unable to write to file", "unable to allocate shared memory")
+WRAPPED = "__tfboot_wraps__"
+# The loader whose workers started last in this process: num_workers and prefetch_factor
+# (a forked worker inherits it; a spawned one takes PyTorch's default prefetch).
+_loader: dict[str, int] = {}
+_said: set[str] = set()  # what this process already warned about, once each
+
+
+def install(torch: ModuleType, quota: float | None, quota_source: str, quiet: bool) -> str:
+    """Wrap the loader's workers' start, its first batch, its errors, and the workers'
+    allocation of a batch in shared memory."""
+    from torch.utils.data import dataloader
+
+    workers = dataloader._MultiProcessingDataLoaderIter
+    _wrap(workers, "__init__", lambda f: _starting(f, quota, quota_source, quiet))
+    _wrap(workers, "_process_data", lambda f: _first_batch(f, quiet))
+    _wrap(workers, "_next_data", _bus_error)
+    storage = torch.UntypedStorage
+    current = storage._new_shared
+    original = getattr(current, WRAPPED, current)
+    wrapped = _full(original)
+    setattr(wrapped, WRAPPED, original)
+    storage._new_shared = staticmethod(wrapped)
+    return "DataLoader workers checked against the CPU quota and /dev/shm"
+
+
+def _wrap(owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
+    current = getattr(owner, name)
+    original = getattr(current, WRAPPED, current)
+    wrapped = wrap(original)
+    wrapped.__name__, wrapped.__doc__ = original.__name__, original.__doc__
+    setattr(wrapped, WRAPPED, original)
+    setattr(owner, name, wrapped)
+
+
+def _once(key: str, quiet: bool, text: str) -> None:
+    if key not in _said:
+        _said.add(key)
+        if not quiet:
+            emit("warning", text)
+
+
+def _starting(original: Callable[..., Any], quota: float | None, source: str,
+              quiet: bool) -> Callable[..., Any]:  # fmt: skip
+    def init(self: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
+        workers = int(loader.num_workers)
+        _loader.update(workers=workers, prefetch=int(loader.prefetch_factor or PREFETCH))
+        if quota is not None and workers + 1 > quota:
+            fits = max(1, math.floor(quota) - 1)
+            _once("cpu", quiet, f"DataLoader: num_workers={workers} and the main process are "
+                  f"{workers + 1} processes on a CPU quota of {quota:g} ({source}): they take "
+                  f"turns on it; num_workers={fits} fits it (kept as given)")  # fmt: skip
+        original(self, loader, *args, **kwargs)
+
+    return init
+
+
+def _first_batch(original: Callable[..., Any], quiet: bool) -> Callable[..., Any]:
+    def process(self: Any, data: Any, *args: Any) -> Any:
+        if "batch" not in _said:
+            size = _nbytes(data)
+            if size:
+                _said.add("batch")
+                _judge(self._num_workers, self._prefetch_factor, size, quiet)
+        return original(self, data, *args)
+
+    return process
+
+
+def _judge(workers: int, prefetch: int, size: int, quiet: bool) -> None:
+    """What ``workers`` with ``prefetch`` batches of ``size`` bytes each hold in ``/dev/shm``,
+    against its size and, as its pages count there, against the memory limit."""
+    need = (workers * prefetch + 1) * size
+    holds = (f"DataLoader: its {workers} worker(s) hold up to {workers} x prefetch_factor "
+             f"{prefetch} batches of {_mib(size)} MiB in {PATH}, {_mib(need)} MiB with the one "
+             "in use")  # fmt: skip
+    shm = read_shm()
+    smaller = "; or fewer workers, a lower prefetch_factor or a smaller batch"
+    if shm.size_mib is not None and need > shm.size_mib * MIB:
+        fix = _fix(_suggested(need))
+        _once("shm", quiet, f"{holds}, but {shm.describe()}: {fix}{smaller}")
+        return
+    memory = memory_budget(working=True)
+    if memory.limit_mib is None or memory.working_mib is None:
+        return
+    if need // MIB + memory.working_mib > memory.limit_mib:
+        _once("memory", quiet, f"{holds}, and its pages count against the memory limit of "
+              f"{memory.limit_mib} MiB, of which {memory.working_mib} MiB are in use: the OOM "
+              f"killer would end a worker; raise the memory limit by {_suggested(need)} MiB "
+              f"with {PATH}'s size{smaller}")  # fmt: skip
+
+
+def _bus_error(original: Callable[..., Any]) -> Callable[..., Any]:
+    def next_data(self: Any) -> Any:
+        try:
+            return original(self)
+        except RuntimeError as exc:
+            if "Bus error" not in str(exc):
+                raise
+            workers, prefetch = self._num_workers, self._prefetch_factor
+            raise RuntimeError(_full_text(None, workers, prefetch)) from exc
+
+    return next_data
+
+
+def _full(original: Callable[..., Any]) -> Callable[..., Any]:
+    def new_shared(size: int, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(size, *args, **kwargs)
+        except RuntimeError as exc:
+            if not any(text in str(exc) for text in FULL):
+                raise
+            from torch.utils.data import get_worker_info
+
+            info = get_worker_info()
+            workers = info.num_workers if info is not None else _loader.get("workers", 1)
+            raise RuntimeError(_full_text(size, workers, _loader.get("prefetch", PREFETCH))) \
+                from exc  # fmt: skip
+
+    return new_shared
+
+
+def _full_text(size: int | None, workers: int, prefetch: int) -> str:
+    """The error for a full ``/dev/shm``: what was needed, what it has, the fix. ``size``:
+    the allocation that failed (None: a worker died of SIGBUS: twice the size, to start)."""
+    shm = read_shm()
+    held = f"a DataLoader's {workers} worker(s) hold up to {workers} x prefetch_factor " \
+        f"{prefetch} batches there"  # fmt: skip
+    if size:
+        what = f"{_mib(size)} MiB more for a batch"
+        mib = _suggested((workers * prefetch + 2) * size)
+    else:
+        what, mib = "a worker died of SIGBUS writing a batch", 2 * (shm.size_mib or ROUND_MIB)
+    return (f"tfboot: {PATH} is full: {what}, but {shm.describe()}; {held}; give it at least "
+            f"{mib} MiB: {_fix(mib)}; or use fewer workers, a lower prefetch_factor or a "
+            "smaller batch")  # fmt: skip
+
+
+def _fix(mib: int) -> str:
+    """How to give ``/dev/shm`` ``mib`` MiB on the engine this job runs on."""
+    env = os.environ
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        return (f"mount an emptyDir with medium: Memory and sizeLimit: {mib}Mi at {PATH} (it "
+                "counts against the container's memory limit: raise limits.memory by as "
+                "much)")  # fmt: skip
+    if env.get("SLURM_JOB_ID"):
+        return (f"{PATH} is the node's on Slurm, shared by every job there: ask for a node "
+                f"whose {PATH} has {mib} MiB free, or run the step in a container with "
+                f"--shm-size={mib}m")  # fmt: skip
+    if os.path.exists("/.dockerenv"):
+        return f"docker run --shm-size={mib}m (Compose: shm_size: {mib}m)"
+    return (f"docker run --shm-size={mib}m; on Kubernetes an emptyDir with medium: Memory and "
+            f"sizeLimit: {mib}Mi at {PATH}")  # fmt: skip
+
+
+def _suggested(need: int) -> int:
+    return max(ROUND_MIB, math.ceil(need / MIB / ROUND_MIB) * ROUND_MIB)
+
+
+def _mib(size: int) -> str:
+    return f"{size / MIB:.0f}" if size >= 10 * MIB else f"{size / MIB:.1f}"
+
+
+def _nbytes(data: Any) -> int:
+    """The bytes of the tensors in a batch (nested lists, tuples and dicts)."""
+    if hasattr(data, "untyped_storage") and hasattr(data, "element_size"):
+        return int(data.numel() * data.element_size())
+    if isinstance(data, dict):
+        return sum(_nbytes(value) for value in data.values())
+    if isinstance(data, list | tuple):
+        return sum(_nbytes(value) for value in data)
+    return 0

@@ -1,0 +1,79 @@
+"""``/dev/shm``, where PyTorch's DataLoader workers pass their batches: its size, what is free,
+and what kind of mount it is.
+
+Docker gives a container a tmpfs of 64 MiB there unless ``--shm-size``; Kubernetes has no
+such setting, and the usual cure, an ``emptyDir`` with ``medium: Memory``, is a tmpfs too.
+A tmpfs's pages are charged to the memory cgroup of the process that first writes them, so
+whatever the workers hold there counts against the container's memory limit. The size and
+free space come from ``statvfs``; the mount (a tmpfs of its own, its ``size=``) from
+``/proc/self/mountinfo``. Nothing here raises: an unreadable fact is None.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+PATH = "/dev/shm"
+DOCKER_DEFAULT_MIB = 64  # Docker's (and containerd's) size without --shm-size
+# A loader of 4 workers, prefetch_factor 2 and batches of 32 MiB holds 256 MiB there (a
+# batch of 32 images of 3 x 224 x 224 float32 is 18 MiB): less is said at `import torch`.
+PLAUSIBLE_MIB = 256
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class SharedMemory:
+    """What ``/dev/shm`` holds; None where it could not be read."""
+
+    size_mib: int | None
+    free_mib: int | None
+    fstype: str | None = None  # its mount's file system type; None: no mount of its own
+
+    @property
+    def small(self) -> bool:
+        return self.size_mib is not None and self.size_mib < PLAUSIBLE_MIB
+
+    def describe(self) -> str:
+        """``/dev/shm 64 MiB (Docker's default size, a tmpfs of its own), 63 MiB free``."""
+        if self.size_mib is None:
+            return f"{PATH} absent"
+        kinds = []
+        if self.size_mib == DOCKER_DEFAULT_MIB:
+            kinds.append("Docker's default size")
+        if self.fstype is None:
+            kinds.append("not a mount of its own")
+        else:
+            kinds.append(
+                "a tmpfs of its own" if self.fstype == "tmpfs" else f"a {self.fstype} mount"
+            )
+        return f"{PATH} {self.size_mib} MiB ({', '.join(kinds)}), {self.free_mib} MiB free"
+
+
+def mount_type(mountinfo: str, point: str = PATH) -> str | None:
+    """The file system type of the last mount at ``point`` in ``mountinfo``'s text (the
+    format of ``/proc/self/mountinfo``: fields, ``-``, type, source, options), or None."""
+    found = None
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 4 and fields[4] == point and "-" in fields[5:]:
+            after = fields[fields.index("-", 5) + 1 :]
+            found = after[0] if after else None
+    return found
+
+
+def read_shm(root: str = "/") -> SharedMemory:
+    """``/dev/shm`` under ``root`` (``/``: this process's own)."""
+    path = os.path.join(root, PATH.lstrip("/"))
+    try:
+        found = os.statvfs(path)
+    except OSError:
+        return SharedMemory(None, None)
+    size = found.f_blocks * found.f_frsize // MIB
+    free = found.f_bavail * found.f_frsize // MIB
+    try:
+        with open(os.path.join(root, "proc/self/mountinfo"), encoding="utf-8") as text:
+            fstype = mount_type(text.read(1 << 20))
+    except (OSError, UnicodeDecodeError):
+        fstype = None
+    return SharedMemory(size, free, fstype)

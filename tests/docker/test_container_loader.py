@@ -1,0 +1,115 @@
+"""PyTorch's DataLoader against ``/dev/shm`` in real containers: real workers (fork and
+forkserver, Python 3.14's default start method), Docker's own ``--shm-size`` tmpfs, a CPU
+quota and a memory limit.
+
+The one stand-in: the image carries TensorFlow only, and no registry can be reached to
+install PyTorch into it, so the test environment's site-packages is mounted read-only
+behind the image's own (tfboot and NumPy stay the image's). Each failing case runs first
+with tfboot disabled, to show the failure it turns into a message: PyTorch 2.13's own
+"unable to allocate shared memory(shm)" in the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from container_runs import MOUNTED_SITE, SITE, Outcome, cpus, image_site, run_container
+
+pytestmark = pytest.mark.docker
+
+LOADER = Path(__file__).resolve().parent / "loader"
+TOTAL = float(sum(range(36)))  # the job's answer: the items' first elements summed
+UNWARNED = "tfboot: warning: DataLoader"
+
+
+@pytest.fixture(scope="module")
+def run_loader(tfboot_image: str):
+    path = f"{image_site(tfboot_image)}:{MOUNTED_SITE}"
+
+    def run(args: list[str], disabled: bool = False, **docker: object) -> Outcome:
+        env = {"PYTHONPATH": path, "TFBOOT_DISABLE": "1" if disabled else "0"}
+        return run_container(tfboot_image, ["python3", "/probe/loader_job.py", *args], env,
+                             mounts=[(LOADER, "/probe"), (SITE, MOUNTED_SITE)], timeout=300,
+                             **docker)  # fmt: skip
+
+    return run
+
+
+@pytest.mark.parametrize("context", ["fork", "forkserver"])
+def test_a_full_dev_shm_is_named_with_its_need_and_its_fix(run_loader, context: str) -> None:
+    """Batches of 30 MiB from 2 workers with prefetch_factor 2 in Docker's 64 MiB: the first
+    batch arrives, the third cannot be allocated. Without tfboot, PyTorch's error; with it,
+    a warning at the first batch and an error naming the need, the size and the fix."""
+    args = ["10", "3", "2", context]
+    plain = run_loader(args, disabled=True, shm_size="64m")
+    assert plain.exit_code == 1, plain
+    assert "unable to allocate shared memory(shm)" in plain.stderr and "tfboot" not in plain.stderr
+    seen = run_loader(args, shm_size="64m")
+    assert seen.exit_code == 1, seen
+    assert "tfboot: configured PyTorch: /dev/shm 64 MiB (Docker's default size, a tmpfs of " \
+        "its own), 64 MiB free: DataLoader workers pass their batches through it" in seen.stderr
+    warned = [x for x in seen.stderr.splitlines() if x.startswith(UNWARNED)]
+    assert warned == [
+        "tfboot: warning: DataLoader: its 2 worker(s) hold up to 2 x prefetch_factor 2 batches "
+        "of 30 MiB in /dev/shm, 150 MiB with the one in use, but /dev/shm 64 MiB (Docker's "
+        f"default size, a tmpfs of its own), {warned[0].split('own), ')[1].split(' MiB')[0]} "
+        "MiB free: docker run --shm-size=192m (Compose: shm_size: 192m); or fewer workers, a "
+        "lower prefetch_factor or a smaller batch"
+    ], seen.stderr
+    error = next(x for x in seen.stderr.splitlines() if x.startswith("RuntimeError: tfboot:"))
+    assert error.startswith("RuntimeError: tfboot: /dev/shm is full: 30 MiB more for a batch, "
+                            "but /dev/shm 64 MiB (Docker's default size"), error  # fmt: skip
+    assert error.endswith("a DataLoader's 2 worker(s) hold up to 2 x prefetch_factor 2 batches "
+                          "there; give it at least 192 MiB: docker run --shm-size=192m "
+                          "(Compose: shm_size: 192m); or use fewer workers, a lower "
+                          "prefetch_factor or a smaller batch"), error  # fmt: skip
+    assert "unable to allocate shared memory(shm)" in seen.stderr  # PyTorch's own, chained
+
+
+def test_a_loader_that_fits_runs_as_without_tfboot(run_loader) -> None:
+    """Batches of 12 MiB: 60 MiB in flight fit Docker's 64 MiB. The job runs, unwarned about
+    /dev/shm; 2 workers on a quota of 1 CPU are said, and each worker has one thread."""
+    seen = run_loader(["4", "3", "2", "forkserver"], shm_size="64m", **cpus(1))
+    assert seen.ok().json() == {"total": TOTAL, "worker_threads": [1]}, seen
+    warned = [x for x in seen.stderr.splitlines() if x.startswith(UNWARNED)]
+    assert len(warned) == 1 and re.fullmatch(
+        r"tfboot: warning: DataLoader: num_workers=2 and the main process are 3 processes on "
+        r"a CPU quota of 1 \(/sys/fs/cgroup/\S+\): they take turns on it; num_workers=1 "
+        r"fits it \(kept as given\)", warned[0]), seen.stderr  # fmt: skip
+
+
+def test_a_dev_shm_large_enough_says_nothing(run_loader) -> None:
+    seen = run_loader(["10", "3", "2", "fork"], shm_size="256m")
+    assert seen.ok().json() == {"total": TOTAL, "worker_threads": [1]}, seen
+    assert "/dev/shm" not in seen.stderr and UNWARNED not in seen.stderr, seen.stderr
+
+
+def test_dev_shm_counted_against_the_memory_limit_is_said(run_loader) -> None:
+    """A memory-backed /dev/shm of 2 GiB under a 1 GiB memory limit (as an emptyDir with
+    medium: Memory and no sizeLimit): 750 MiB of batches in flight do not fit beside the
+    job; the warning comes at the first batch, before the OOM killer."""
+    seen = run_loader(["50", "3", "2", "fork"], shm_size="2g", mem_limit="1g",
+                      memswap_limit="1g")  # fmt: skip
+    warned = [x for x in seen.stderr.splitlines() if x.startswith(UNWARNED)]
+    assert len(warned) == 1, seen
+    assert "batches of 150 MiB in /dev/shm, 750 MiB with the one in use, and its pages count " \
+        "against the memory limit of 1024 MiB, of which " in warned[0], warned
+    assert "the OOM killer would end a worker; raise the memory limit by 768 MiB with " \
+        "/dev/shm's size" in warned[0], warned
+    if seen.exit_code == 0:  # the main process kept up: it ran, warned
+        assert json.loads(seen.stdout.strip().splitlines()[-1])["total"] == TOTAL
+
+
+def test_doctor_says_a_small_dev_shm(tfboot_image: str) -> None:
+    seen = run_container(
+        tfboot_image,
+        ["python3", "-m", "tfboot", "doctor", "--framework", "torch"],
+        {"PYTHONPATH": f"{image_site(tfboot_image)}:{MOUNTED_SITE}"},
+        mounts=[(SITE, MOUNTED_SITE)],
+        shm_size="64m",
+    ).ok()
+    assert "  /dev/shm 64 MiB (Docker's default size, a tmpfs of its own), 64 MiB free: smaller " \
+        "than a DataLoader with workers plausibly needs (256 MiB)" in seen.stdout, seen
