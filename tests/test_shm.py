@@ -49,3 +49,29 @@ def test_this_machine_s_is_read_as_statvfs_gives_it() -> None:
 
 def test_a_root_without_dev_shm_reads_as_absent(tmp_path) -> None:
     assert read_shm(str(tmp_path)) == SharedMemory(None, None)
+
+
+def test_the_usage_report_gives_dev_shm_s_peak_and_its_size(tmp_path) -> None:
+    """A real DataLoader with 2 forked workers and 12 MiB batches in a process tfboot
+    configured (CPU_THREADS: the report covers configured processes): the record holds
+    /dev/shm's peak beside the memory peak, and the suggestion a /dev/shm size with it."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from support import scenario_env
+
+    usage = tmp_path / "usage.json"
+    job = Path(__file__).parent / "docker" / "loader" / "loader_job.py"
+    run = subprocess.run([sys.executable, str(job), "4", "3", "2", "fork"],
+                         env=scenario_env({"TFBOOT_USAGE_FILE": str(usage), "CPU_THREADS": "2"}),
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    record = json.loads(usage.read_text())
+    assert 12 <= record["shm"]["peak_mib"] <= record["host_memory"]["peak_mib"], record["shm"]
+    size = record["suggest"]["shm"]["size_mib"]
+    assert size % 64 == 0 and size >= record["shm"]["peak_mib"] * 1.15, record["suggest"]
+    used = next(x for x in run.stderr.splitlines() if x.startswith("tfboot: used:"))
+    assert f"/dev/shm peak {record['shm']['peak_mib']:g} MiB of " in used, used
+    assert f"/dev/shm {size}Mi (within limits.memory)" in used, used

@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from ..node.hostmem import memory_budget
-from ..node.shm import MIB, PATH, read_shm
+from ..node.shm import MIB, PATH, read_shm, used_bytes
 from .result import emit
 
 PREFETCH = 2  # PyTorch's default prefetch_factor with workers
@@ -40,9 +40,15 @@ WRAPPED = "__tfboot_wraps__"
 # (a forked worker inherits it; a spawned one takes PyTorch's default prefetch).
 _loader: dict[str, int] = {}
 _said: set[str] = set()  # what this process already warned about, once each
+_peak = [0]  # the most /dev/shm held when a batch arrived, in bytes (``shm_peak``)
 
 
-def install(torch: ModuleType, quota: float | None, quota_source: str, quiet: bool) -> str:
+def shm_peak() -> int:
+    """The most ``/dev/shm`` held as a batch arrived in this process so far, in bytes."""
+    return _peak[0]
+
+
+def install(torch: ModuleType, quota: float | None, quota_source: str, quiet: bool) -> None:
     """Wrap the loader's workers' start, its first batch, its errors, and the workers'
     allocation of a batch in shared memory."""
     from torch.utils.data import dataloader
@@ -57,7 +63,6 @@ def install(torch: ModuleType, quota: float | None, quota_source: str, quiet: bo
     wrapped = _full(original)
     setattr(wrapped, WRAPPED, original)
     storage._new_shared = staticmethod(wrapped)
-    return "DataLoader workers checked against the CPU quota and /dev/shm"
 
 
 def _wrap(owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
@@ -93,6 +98,9 @@ def _starting(original: Callable[..., Any], quota: float | None, source: str,
 
 def _first_batch(original: Callable[..., Any], quiet: bool) -> Callable[..., Any]:
     def process(self: Any, data: Any, *args: Any) -> Any:
+        held = used_bytes()
+        if held is not None and held > _peak[0]:
+            _peak[0] = held
         if "batch" not in _said:
             size = _nbytes(data)
             if size:

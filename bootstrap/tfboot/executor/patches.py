@@ -193,11 +193,13 @@ def torch_deadline(torch: ModuleType, seconds: int, waits: str) -> str | None:
     return f"torch.distributed.init_process_group bounded by {seconds} s from each call's start"
 
 
-def torch_loader(torch: ModuleType, quota: float | None, source: str, quiet: bool) -> str:
-    """DataLoader workers against the CPU quota and ``/dev/shm`` (``executor.loader``)."""
+def torch_loader(torch: ModuleType, quota: float | None, source: str, quiet: bool) -> None:
+    """DataLoader workers against the CPU quota and ``/dev/shm`` (``executor.loader``). It
+    changes nothing of PyTorch's, so it is not counted as applied: a process that gets
+    nothing else stays as silent as without tfboot."""
     from .loader import install
 
-    return install(torch, quota, source, quiet)
+    install(torch, quota, source, quiet)
 
 
 PATCHES: dict[str, Callable[..., str | None]] = {

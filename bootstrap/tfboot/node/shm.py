@@ -62,6 +62,15 @@ def mount_type(mountinfo: str, point: str = PATH) -> str | None:
     return found
 
 
+def used_bytes(path: str = PATH) -> int | None:
+    """What ``path``'s file system holds now, in bytes (None: unreadable)."""
+    try:
+        found = os.statvfs(path)
+    except OSError:
+        return None
+    return (found.f_blocks - found.f_bfree) * found.f_frsize
+
+
 def read_shm(root: str = "/") -> SharedMemory:
     """``/dev/shm`` under ``root`` (``/``: this process's own)."""
     path = os.path.join(root, PATH.lstrip("/"))

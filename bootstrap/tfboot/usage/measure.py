@@ -126,6 +126,7 @@ class Meter:
         self.quota = (budget.cpu.quota, budget.cpu.quota_source)
         self.earlier_limits: list[dict[str, Any]] = []
         self.earlier_quotas: list[dict[str, Any]] = []
+        self.shm_peak = 0  # /dev/shm's highest, in bytes, where a DataLoader ran
         self.lock = threading.Lock()  # held for no I/O: a fork never inherits it taken
 
     def _cpu_counters(self) -> counters.Cpu:
@@ -179,6 +180,7 @@ class Meter:
             "gpus": gpus,
             "gpu_share": recorded(self.env),
             "host_memory": self._memory(members),
+            "shm": self._shm(),
             "cpu": self._cpu(),
             "problems": problems,
         }
@@ -223,6 +225,18 @@ class Meter:
                 gpu["process_source"] = "NVML nvmlDeviceGetComputeRunningProcesses"
                 sharing = [g for g in gpus if g["physical"] == gpu["physical"]]
                 gpu["outside_pool_mib"], gpu["outside_pool_source"] = outside_pool(total, sharing)
+
+    def _shm(self) -> dict[str, Any] | None:
+        """``/dev/shm``'s peak (what DataLoader workers pass their batches through), where a
+        DataLoader ran in this process: sampled as each batch arrived and at each sample."""
+        loader = sys.modules.get("tfboot.executor.loader")
+        if loader is None or not loader.shm_peak():
+            return None
+        from ..node.shm import read_shm, used_bytes
+
+        self.shm_peak = max(self.shm_peak, loader.shm_peak(), used_bytes() or 0)
+        return {"peak_mib": mib(self.shm_peak), "size_mib": read_shm().size_mib,
+                "source": "statvfs /dev/shm, as each batch arrived and at each record"}  # fmt: skip
 
     def _memory(self, members: Sequence[dict[str, Any]]) -> dict[str, Any]:
         now = self.sample()

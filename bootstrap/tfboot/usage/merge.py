@@ -24,6 +24,7 @@ KEPT = (
     "frameworks",
     "gpus",
     "host_memory",
+    "shm",
     "cpu",
     "run",
 )
@@ -68,6 +69,9 @@ def job_record(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
                                     key=lambda m: _peak(m, "peak_mib"))  # fmt: skip
         merged["cpu"] = max((r.get("cpu") or {} for r in listed),
                             key=lambda c: _peak(c, "cpu_seconds"))  # fmt: skip
+        shms = [r["shm"] for r in listed if isinstance(r.get("shm"), dict)]
+        if shms:  # one /dev/shm, which every member's loader passed its batches through
+            merged["shm"] = max(shms, key=lambda m: _peak(m, "peak_mib"))
         merged["processes"] = len(listed)
     return merged
 

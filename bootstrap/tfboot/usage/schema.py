@@ -41,10 +41,12 @@ CPU = {"used_cpus": ("number", MAX_CPUS), "quota": ("number", MAX_CPUS),
        "cpu_seconds": ("number", MAX_SECONDS * MAX_CPUS), "wall_seconds": ("number", MAX_SECONDS),
        "throttled_fraction": ("ratio", 1), "threads": ("count", MAX_CPUS),
        "source": ("str", 1024)}  # fmt: skip
+SHM = {"peak_mib": ("number", MAX_MIB), "size_mib": ("number", MAX_MIB),
+       "source": ("str", 256)}  # fmt: skip
 # A record written as a wait that ends the process in C began (no final record follows).
 WAITING = {"limit": ("str", 64), "seconds": ("number", MAX_SECONDS)}
 REQUIRED = {"gpu": ("index", "physical", "framework"), "cpu": (), "host_memory": (),
-            "waiting": ("limit", "seconds")}  # fmt: skip
+            "waiting": ("limit", "seconds"), "shm": ("peak_mib",)}  # fmt: skip
 
 
 class Unusable(ValueError):
@@ -163,6 +165,10 @@ def problem(record: Any, where: str = "the record", members: bool = True) -> str
     found = _share(record.get("gpu_share"), f"{where}.gpu_share")
     if found:
         return found
+    if record.get("shm") is not None:
+        found = _section(record["shm"], SHM, f"{where}.shm", REQUIRED["shm"])
+        if found:
+            return found
     if record.get("waiting") is not None:
         found = _section(record["waiting"], WAITING, f"{where}.waiting", REQUIRED["waiting"])
         if found:

@@ -90,6 +90,10 @@ def used_line(record: dict[str, Any]) -> str:
     parts = [f"job of {record['processes']} processes"] if record.get("processes") else []
     parts += [_gpu(g) for g in record.get("gpus") or []]
     parts.append(_memory(record.get("host_memory") or {}))
+    shm = record.get("shm") or {}
+    if shm.get("peak_mib") is not None:
+        parts.append(f"/dev/shm peak {_number(shm['peak_mib'])} MiB of "
+                     f"{_number(shm.get('size_mib'))} MiB (in the memory peak)")  # fmt: skip
     cpu = record.get("cpu") or {}
     parts.append(_cpu(cpu))
     if isinstance(cpu.get("wall_seconds"), int | float):

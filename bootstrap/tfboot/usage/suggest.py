@@ -42,6 +42,8 @@ THROTTLED = 0.05  # throttled in this share of CFS periods or more: the quota is
 MIN_MEMORY_MIB = 250
 MIN_CPU = 0.1
 MIN_CPU_WINDOW_S = 60
+SHM_MIN_MIB = 64  # Docker's default: never suggest less
+SHM_ROUND_MIB = 64  # /dev/shm suggestions are whole multiples of this
 ROUND_MIB = 16  # memory suggestions are whole multiples of this
 CPU_PERCENTILE = 95
 MEMORY_PERCENTILE = 100
@@ -102,7 +104,10 @@ def run_needs(record: dict[str, Any], unfinished_killed: bool = True) -> dict[st
         if grew:
             why.append(f"CPU grows from its quota {cpu.get('quota')} (throttled in "
                        f"{throttled:.1%} of periods)")  # fmt: skip
+    shm = record.get("shm") or {}
+    shm_need = shm["peak_mib"] * (1 + MARGIN) if shm.get("peak_mib") else None
     return {"gpu_mib": gpu, "memory_mib": memory_need, "cpus": cpu_need, "why": why,
+            "shm_mib": shm_need,
             "notes": notes, "outside_pool_mib": _outside(record.get("gpus") or []),
             "memory_covers": ((memory.get("scope") or {}).get("covers") or "cgroup")}  # fmt: skip
 
@@ -194,6 +199,7 @@ def suggest(
     gpu, memory, cpus = at("gpu_mib", memory_percentile), at("memory_mib", memory_percentile), \
         at("cpus", cpu_percentile)  # fmt: skip
     outside = at("outside_pool_mib", 100)
+    shm = at("shm_mib", 100)
     runs = f"{len(records)} run{'s' if len(records) != 1 else ''}"
     found: dict[str, Any] = {"env": {}, "resources": {}, "slurm": {}, "sources": {}, "why": why,
                              "notes": notes}  # fmt: skip
@@ -213,6 +219,14 @@ def suggest(
         found["sources"]["memory"] = (
             f"memory peak ({' and '.join(covered)}), p{memory_percentile:g} of {runs}, "
             f"+{MARGIN:.0%}; request = limit"
+        )
+    if shm is not None:
+        size = _up(max(shm, SHM_MIN_MIB), SHM_ROUND_MIB)
+        found["shm"] = {"size_mib": size, "docker": f"--shm-size={size}m",
+                        "kubernetes": f"emptyDir medium: Memory, sizeLimit: {size}Mi"}  # fmt: skip
+        found["sources"]["shm"] = (
+            f"/dev/shm's peak as DataLoader batches arrived, max of {runs}, +{MARGIN:.0%}; its "
+            "pages count in the memory peak, so the memory limit above holds it"
         )
     if cpus is not None:
         request = math.ceil(cpus * 10) / 10
@@ -240,6 +254,8 @@ def summary(suggestion: dict[str, Any]) -> str:
     for kind in ("requests", "limits"):
         for name, value in suggestion["resources"].get(kind, {}).items():
             parts.append(f"{kind}.{name}={value}")
+    if suggestion.get("shm"):
+        parts.append(f"/dev/shm {suggestion['shm']['size_mib']}Mi (within limits.memory)")
     slurm = " ".join(f"{k}={v}" for k, v in suggestion["slurm"].items())
     if slurm:
         parts.append(f"Slurm {slurm}")
