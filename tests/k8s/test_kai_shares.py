@@ -168,8 +168,13 @@ def test_a_share_is_judged_by_the_framework_the_container_names(
     tmp_path: Path, capsys, spec: dict[str, Any], env: tuple, name: str
 ) -> None:
     """A 1536 MiB share leaves TensorFlow nothing, and PyTorch or JAX 512 MiB: a container
-    whose spec names its framework is judged by that framework's headroom."""
+    whose spec names its framework is judged by that framework's headroom. (Each is given a
+    memory-backed /dev/shm, so a PyTorch container's DataLoader gets no note of its own.)"""
     hami = kai_pod({}, ("MEMORY_LIMIT_MB", "auto"), *env)
+    hami["spec"]["volumes"].append({"name": "shm", "emptyDir": {"medium": "Memory",
+                                                                "sizeLimit": "256Mi"}})
+    spec = {**spec, "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
+                                     {"name": "shm", "mountPath": "/dev/shm"}]}
     hami["spec"].pop("schedulerName")
     hami["spec"]["containers"][0].update(spec)
     hami["spec"]["containers"][0]["resources"]["limits"].update(
@@ -178,6 +183,7 @@ def test_a_share_is_judged_by_the_framework_the_container_names(
     status, findings = run(tmp_path, capsys, hami)
     assert status == 0 and findings == [], findings
     kai = kai_pod({"gpu-memory": "1536"}, ("MEMORY_LIMIT_MB", "auto"), *env)
+    kai["spec"]["volumes"].append(hami["spec"]["volumes"][-1])
     kai["spec"]["containers"][0].update(spec)
     status, findings = run(tmp_path, capsys, kai)
     finding = only(findings)
@@ -237,7 +243,7 @@ def test_nccl_headroom_under_distributed_on_one_gpu(tmp_path: Path, capsys) -> N
     pod = kai_pod({"gpu-memory": "8192"}, ("MEMORY_LIMIT_MB", "6656"), ("DISTRIBUTED", "auto"))
     pod["spec"]["containers"][0]["volumeMounts"].append({"name": "shm", "mountPath": "/dev/shm"})
     pod["spec"]["volumes"].append(
-        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}}
     )
     status, findings = run(tmp_path, capsys, pod)
     finding = only(findings)

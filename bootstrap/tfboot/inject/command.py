@@ -45,6 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser, undo: bool = False) -> None:
                                  "DRA claim's MPS limit, minus TensorFlow's headroom "
                                  "(docs/gpu-memory.md); the claims must be among the "
                                  "inputs")  # fmt: skip
+        parser.add_argument("--shm", action="store_true",
+                            help="mount a memory-backed /dev/shm (an emptyDir with medium: "
+                                 "Memory, a quarter of limits.memory) in each container that "
+                                 "has none, for PyTorch's DataLoader workers "
+                                 "(docs/data-loader.md)")  # fmt: skip
         parser.add_argument("--mode", choices=template.MODES, default="init",
                             help="init: an init container copies the tree into an emptyDir "
                                  "(default); image: a Kubernetes image volume (1.33+)")  # fmt: skip
@@ -144,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
                 with contextlib.suppress(DocumentError, ImportError):  # said below, per file
                     docs += parse_documents(text)
             claims = read_claims(docs)
-        opts = Options(args.image, args.mode, claims)
+        opts = Options(args.image, args.mode, claims, args.shm)
 
         def change(obj: dict[str, Any], name: str) -> list[str]:
             if opted_out(obj, {}, name):

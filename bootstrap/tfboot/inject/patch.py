@@ -37,6 +37,7 @@ class Options:
     image: str
     mode: str = "init"
     claims: Any = None
+    shm: bool = False  # a memory-backed /dev/shm, sized from limits.memory, where none is
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -98,7 +99,8 @@ def _asked(doc: Mapping[str, Any], template: Mapping[str, Any], chosen: list[str
     apps = [t.probe_container(c) for c in dig(template, ("spec", "containers")) or []
             if isinstance(c, dict) and c.get("name") in chosen]  # fmt: skip
     given = [_annotation(doc, template, key) for key in (t.IMAGE_PYTHONPATH, t.SITE_PACKAGES)]
-    text = json.dumps([opts.image, opts.mode, chosen, given, apps], sort_keys=True)
+    text = json.dumps([opts.image, opts.mode, chosen, given, apps, *(["shm"] if opts.shm else [])],
+                      sort_keys=True)  # fmt: skip
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -231,6 +233,8 @@ def _inject_template(
         for why in ignored_by(container, bool(site_packages)):
             notes.append(f"{where} container {name}: its command runs Python with {why}, so the "
                          f"hook does not run there: {ADVICE}")  # fmt: skip
+    if opts.shm:
+        notes += _add_shm(pod, chosen, created, where)
     if inits:
         _list(pod, "initContainers", created, "spec.initContainers").extend(inits)
     if not isinstance(template.get("metadata"), dict):
@@ -246,6 +250,33 @@ def _inject_template(
               **({"memory": memory} if memory else {})}  # fmt: skip
     annotations["annotations"][t.RECORD] = json.dumps(record, separators=(",", ":"))
     return notes
+
+
+def _add_shm(pod: dict[str, Any], chosen: list[str], created: list[str], where: str) -> list[str]:
+    """``--shm``: a memory-backed /dev/shm of a quarter of the smallest limits.memory of the
+    chosen containers that mount none, mounted in each of them; what was done, as notes."""
+    from ..kube.documents import quantity
+    from ..node.shm import size_under
+
+    without = [c for c in pod["containers"] if c.get("name") in chosen and not any(
+        isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == "/dev/shm"
+        for m in c.get("volumeMounts") or [])]  # fmt: skip
+    limits = [quantity(((c.get("resources") or {}).get("limits") or {}).get("memory"))
+              for c in without]  # fmt: skip
+    if not without:
+        return []
+    if any(limit is None for limit in limits):
+        return [f"{where}: /dev/shm not added: a container without limits.memory, which its "
+                "size is taken from (--shm)"]  # fmt: skip
+    size = min(size_under(limit) for limit in limits if limit is not None)
+    _list(pod, "volumes", created, "spec.volumes").append(t.shm_volume(size))
+    for container in without:
+        path = f"containers/{container['name']}"
+        _list(container, "volumeMounts", created, f"{path}/volumeMounts").append(t.shm_mount())
+    names = ", ".join(str(c["name"]) for c in without)
+    return [f"{where}: /dev/shm: an emptyDir with medium: Memory and sizeLimit: {size}Mi (a "
+            f"quarter of limits.memory) mounted in {names}; its pages count against "
+            "limits.memory (--shm; uninject takes it out)"]  # fmt: skip
 
 
 def _merge_hook(env: list[Any], given: str | None, values: dict[str, str]) -> str | None:

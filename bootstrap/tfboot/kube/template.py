@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 VOLUME = "tfboot"
+SHM_VOLUME = "tfboot-shm"  # inject --shm's memory-backed /dev/shm
 MOUNT = "/tfboot"  # in each app container, read-only
 HOOK = f"{MOUNT}/hook"  # first on PYTHONPATH
 COPY_TARGET = "/tfboot-volume"  # where the init containers mount the volume
@@ -148,8 +149,18 @@ def probe_name(container: str) -> str:
 
 def owned(containers: list[str]) -> set[str]:
     """The names tfboot's parts take in a Pod injected for ``containers``: its volume and copy
-    container, each container's probe and record volume (volumes and init containers)."""
-    return {VOLUME, COPY_NAME, *(probe_name(c) for c in containers)}
+    container, each container's probe and record volume (volumes and init containers), and
+    the memory-backed /dev/shm ``--shm`` adds."""
+    return {VOLUME, COPY_NAME, SHM_VOLUME, *(probe_name(c) for c in containers)}
+
+
+def shm_volume(size_mib: int) -> dict[str, Any]:
+    """The memory-backed /dev/shm ``inject --shm`` adds, of ``size_mib``."""
+    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{size_mib}Mi"}}
+
+
+def shm_mount() -> dict[str, Any]:
+    return {"name": SHM_VOLUME, "mountPath": "/dev/shm"}
 
 
 def is_injected_init(name: object) -> bool:

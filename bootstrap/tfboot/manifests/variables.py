@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from ..adapters import Plan
 from ..adapters.tensorflow import make_plan
@@ -26,6 +27,7 @@ from ..node.cpu import CpuBudget
 from ..node.deviceplugin import PLUGINS, auto_without_share
 from ..node.headroom import VARIABLE as HEADROOM
 from ..node.nccl import SHM
+from ..node.shm import size_under
 from ..settings import CONTRACT, CONTROL, DISABLE, MAX_CPU_THREADS, Settings, disabled, resolve
 from .kaishares import check_kai, kai_plan_env, report_kai_elsewhere
 
@@ -306,35 +308,66 @@ def _check_host_memory(container: Container, settings: Settings, report: Report)
         )
 
 
-def _check_shm(container: Container, settings: Settings, grant: GpuGrant, report: Report) -> None:
-    """NCCL's shared memory: a memory-backed emptyDir at /dev/shm where NCCL will run."""
-    distributed = settings.distributed != "off"
-    if grant.count < 2 and not (distributed and grant.count):
-        return
+def shm_volume(container: Container) -> dict[str, Any] | None:
+    """The memory-backed ``emptyDir`` the container mounts at /dev/shm (its ``emptyDir``
+    mapping), or None."""
     at_shm = {
         m.get("name")
         for m in container.spec.get("volumeMounts") or []
         if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == SHM
     }
-    in_memory = {
-        v.get("name")
-        for v in container.pod.get("volumes") or []
-        if isinstance(v, dict) and (v.get("emptyDir") or {}).get("medium") == "Memory"
-    }
-    if at_shm & in_memory:
+    for volume in container.pod.get("volumes") or []:
+        if isinstance(volume, dict) and volume.get("name") in at_shm:
+            empty = volume.get("emptyDir")
+            if isinstance(empty, dict) and empty.get("medium") == "Memory":
+                return empty
+    return None
+
+
+def _check_shm(container: Container, settings: Settings, grant: GpuGrant,
+               env: Mapping[str, str], report: Report) -> None:  # fmt: skip
+    """/dev/shm: NCCL's shared memory where NCCL will run; DataLoader workers' batches in a
+    PyTorch GPU container with a memory limit; a memory-backed one sized within that limit."""
+    limit = quantity(container.resources("limits").get("memory"))
+    volume = shm_volume(container)
+    quarter = f"a quarter of limits.memory: {size_under(limit)}Mi" if limit else "a size"
+    if volume is not None:
+        size = quantity(volume.get("sizeLimit"))
+        if size is None:
+            report.add(container.where, "shm-size-limit",
+                       f"the memory-backed emptyDir at {SHM} has no sizeLimit: it may fill up to "
+                       "the Pod's memory limit (the node's allocatable without one), and its "
+                       "pages count against limits.memory",
+                       f"set its sizeLimit ({quarter})")  # fmt: skip
+        elif limit and size >= limit:
+            report.add(container.where, "shm-over-limit",
+                       f"the emptyDir at {SHM} may hold {volume.get('sizeLimit')}, not less than "
+                       f"limits.memory ({container.resources('limits').get('memory')}): its pages "
+                       "count against that limit, so a full /dev/shm leaves the job nothing and "
+                       "the container is OOMKilled",
+                       f"a sizeLimit below limits.memory ({quarter})")  # fmt: skip
         return
-    why = (
-        f"{grant.count} GPUs"
-        if grant.count > 1
-        else f"a GPU under DISTRIBUTED={settings.distributed}"
-    )
-    report.add(
-        container.where,
-        "nccl-shm",
-        f"{why}: NCCL will run, and {SHM} is the runtime's 64 MiB: the first all-reduce can "
-        "fail on its shared memory",
-        f"mount an emptyDir with medium: Memory (sizeLimit: 1Gi) at {SHM}",
-    )
+    distributed = settings.distributed != "off"
+    if grant.count > 1 or (distributed and grant.count):
+        why = (
+            f"{grant.count} GPUs"
+            if grant.count > 1
+            else f"a GPU under DISTRIBUTED={settings.distributed}"
+        )
+        report.add(
+            container.where,
+            "nccl-shm",
+            f"{why}: NCCL will run, and {SHM} is the runtime's 64 MiB: the first all-reduce can "
+            "fail on its shared memory",
+            f"mount an emptyDir with medium: Memory (sizeLimit: 1Gi) at {SHM}",
+        )
+    elif grant.count and limit and (found := framework_of(container.spec, env)) and \
+            found[0] == "torch":  # fmt: skip
+        report.add(container.where, "loader-shm",
+                   f"a PyTorch GPU container ({found[1]}) with limits.memory and {SHM} the "
+                   "runtime's 64 MiB: DataLoader workers pass their batches through it",
+                   f"mount an emptyDir with medium: Memory at {SHM}, its sizeLimit within "
+                   f"limits.memory ({quarter}; tfboot inject --shm adds one)")  # fmt: skip
 
 
 def _check_claims(
@@ -387,7 +420,7 @@ def check_tfboot(container: Container, report: Report) -> None:
     settings, planned = resolved
     _check_threads(container, settings, report)
     _check_host_memory(container, settings, report)
-    _check_shm(container, settings, grant, report)
+    _check_shm(container, settings, grant, env, report)
     plan = _plan(container, settings, grant, planned, report)
     if plan is not None:
         _check_share(container, plan, grant, env, room, report)

@@ -62,6 +62,12 @@ def mount_type(mountinfo: str, point: str = PATH) -> str | None:
     return found
 
 
+def size_under(limit: float) -> int:
+    """The ``/dev/shm`` size, in MiB, tfboot suggests under a memory limit of ``limit`` bytes
+    (its pages count against it): a quarter of it, in whole 64 MiB, at least 64 MiB."""
+    return max(DOCKER_DEFAULT_MIB, int(limit / 4 / MIB / 64) * 64)
+
+
 def used_bytes(path: str = PATH) -> int | None:
     """What ``path``'s file system holds now, in bytes (None: unreadable)."""
     try:
