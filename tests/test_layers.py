@@ -87,3 +87,41 @@ def test_the_docs_name_every_device_plugin_variable_and_resource() -> None:
             assert variable in readme, variable
         if plugin.resource:
             assert plugin.resource in readme + kubernetes, plugin.resource
+
+
+def _table() -> dict[str, list[str]]:
+    """docs/architecture.md's layer table: layer -> the files and folders its modules
+    column names."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    start = text.index("| layer | modules | owns |")
+    rows = {}
+    for line in text[start:].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        layer, modules = (cell.strip() for cell in line.strip("|").split("|")[:2])
+        rows[layer] = [n for n in re.findall(r"`([^`]+)`", modules) if n.endswith((".py", "/"))]
+    return rows
+
+
+def test_the_architecture_table_is_the_layers_the_check_enforces() -> None:
+    """Every layer of ``LAYERS``, in its order, with every module it holds: a folder named
+    alone, or each of its modules listed."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    from check_layers import LAYERS
+
+    table = _table()
+    assert list(table) == [label for label, _ in LAYERS]
+    package = ROOT / "bootstrap" / "tfboot"
+    for label, members in LAYERS:
+        listed = table[label]
+        for member in members:
+            folder = package / member
+            if member and folder.is_dir():
+                assert f"{member}/" in listed, (label, member, listed)
+                files = [n for n in listed if n.endswith(".py") and "/" not in n]
+                if files and listed.index(f"{member}/") == 0 and len(members) == 1:
+                    found = {p.name for p in folder.glob("*.py")} - {"__init__.py"}
+                    assert found <= set(files), (label, sorted(found - set(files)))
+                    assert set(files) - {"__init__.py"} <= found, (label, files)
+            else:
+                assert f"{member or '__init__'}.py" in listed, (label, member, listed)
