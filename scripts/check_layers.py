@@ -19,7 +19,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("foundations", ("errors", "values", "provenance")),
     ("node", ("node",)),
     ("cluster", ("cluster",)),
-    ("contract", ("envfile", "settings")),
+    ("contract", ("envfile", "settings", "typos")),
     ("budget", ("budget",)),
     ("adapters", ("adapters",)),
     ("executor", ("executor",)),

@@ -183,6 +183,19 @@ def _print_error(exc: ConfigError, as_json: bool) -> int:
     return _print_errors([exc], as_json)
 
 
+def _print_typos(typos: list[tuple[str, str]], as_json: bool) -> int:
+    """Misspelled names (``typos``), as error lines or one JSON object; no value shown."""
+    hint = "rename it to the variable meant, or remove it"
+    if as_json:
+        problems = [{"variable": n, "value": None, "accepted": text, "hint": hint}
+                    for n, text in typos]  # fmt: skip
+        print(json.dumps({"ok": False, "problems": problems}))
+    else:
+        for _name, text in typos:
+            print(line("error", f"{text}: {hint}"), file=sys.stderr)
+    return 1
+
+
 def _print_errors(errors: list[ConfigError], as_json: bool) -> int:
     """Each error, as an error line (or one JSON object), for the failing exit status."""
     if as_json:
@@ -282,6 +295,7 @@ def _run_time(settings: Any, env: dict[str, str]) -> tuple[list[dict[str, str]],
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .settings import resolve
+    from .typos import misspelled
 
     env = _environment(args.env_file)
     why = _not_started(args.json)
@@ -291,6 +305,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         clusters = [_cluster(settings, task) for task in tasks]
     except ConfigError as exc:
         return _print_error(exc, args.json)
+    typos = misspelled(env)
+    if typos:
+        return _print_typos(typos, args.json)
     cluster = clusters[-1]
     judged = [m for m in _present() if m != "tensorflow" and m in (args.framework or [m])]
     refused = _refused(tasks[0], judged)

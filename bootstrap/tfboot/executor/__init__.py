@@ -31,6 +31,7 @@ from .result import Result, emit, log
 _lock = threading.RLock()  # a framework's hook points, one at a time
 _results: dict[str, Result] = {}  # module name -> what its framework got
 _partial: dict[str, Result] = {}  # module name -> what its earlier hook points did
+_said_typos: list[bool] = []  # misspelled variables were said in this process
 _roles: dict[str, Role] = {}  # module name -> its role, decided at its first import
 # The validate-then-reuse cache: module name -> (the environment, the budget) after its
 # earlier hook point, reused by the next one while the environment is the same.
@@ -155,6 +156,7 @@ def run(
         note_writes(_snapshots.pop(name), name)  # what the framework set while importing
     if stage not in adapter.STAGES:
         return None
+    _typos(env)
     with _lock:
         if name in _results:
             return _results[name]
@@ -183,6 +185,18 @@ def run(
         _results[name] = result
         log(result, _level(env))
         return result
+
+
+def _typos(env: Mapping[str, str]) -> None:
+    """Misspelled variables (``typos``), said once per process as warnings."""
+    if _said_typos or env is not os.environ:
+        return
+    _said_typos.append(True)
+    if _level(env) != "quiet":
+        from ..typos import misspelled
+
+        for _name, text in misspelled(env):
+            emit("warning", text)
 
 
 def refused_at_import(adapter: Any, env: Mapping[str, str]) -> ConfigError | None:
