@@ -219,3 +219,29 @@ def test_a_reader_that_goes_away_ends_quietly(command: list[str], status: int) -
     finally:
         os.close(write_end)
     assert (run.returncode, run.stderr) == (status, "")
+
+
+def test_doctor_without_the_framework_says_so_in_one_line(tmp_path) -> None:
+    """An environment without TensorFlow (the package alone on the path, no site-packages,
+    so the start-up hook's absence is also said): one error line and exit status 2, no
+    traceback; with --json, one object."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    import tfboot
+
+    shutil.copytree(Path(tfboot.__file__).parent, tmp_path / "tfboot")
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    for framework in ("tensorflow", "torch", "jax"):
+        command = [sys.executable, "-S", "-m", "tfboot", "doctor", "--framework", framework]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr, done
+        assert len(done.stderr.splitlines()) == 1, done.stderr
+        assert done.stderr.startswith("tfboot: error: doctor: ") and \
+            " is not installed in this environment (" in done.stderr  # fmt: skip
+    as_json = subprocess.run([sys.executable, "-S", "-m", "tfboot", "doctor", "--json"], env=env,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    found = json.loads(as_json.stdout.splitlines()[-1])
+    assert as_json.returncode == 2 and found["missing"] == ["tensorflow"], as_json

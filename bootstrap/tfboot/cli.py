@@ -4,6 +4,7 @@ suggest."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -331,7 +332,21 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import collect, render
 
     _not_started(args.json)
-    report = collect(verify=args.verify, frameworks=args.framework or ["tensorflow"])
+    asked = args.framework or ["tensorflow"]
+    missing = [m for m in asked if importlib.util.find_spec(m) is None]
+    if missing:  # one line, as selftest says it: no traceback for an expected condition
+        present = [m for m in FRAMEWORKS if m not in missing and importlib.util.find_spec(m)]
+        names = ", ".join(FRAMEWORKS[m] for m in missing)
+        other = f"--framework {' / '.join(present)}" if present else "none is installed"
+        verb = "is" if len(missing) == 1 else "are"
+        text = (f"doctor: {names} {verb} not installed in this environment ({sys.executable}): "
+                f"install it, or ask for what is here ({other})")  # fmt: skip
+        if args.json:
+            print(json.dumps({"error": text, "missing": missing}))
+        else:
+            print(line("error", text), file=sys.stderr)
+        return 2
+    report = collect(verify=args.verify, frameworks=asked)
     print(json.dumps(report) if args.json else render(report))
     failed = any(not check["ok"] for check in report.get("verify", []))
     refused = any(s.get("error") for s in report["frameworks"].values())
