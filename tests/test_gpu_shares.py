@@ -349,3 +349,15 @@ def test_a_portion_without_nvml_says_so(tmp_path) -> None:
     text = problem_text(env)
     assert "GPU_PORTION='0.50' is invalid: a portion of each GPU's memory" in text
     assert "set MEMORY_LIMIT_MB to a number of MiB" in text
+
+
+@pytest.mark.parametrize("off", ["true", "1", "True"])
+def test_hami_with_its_enforcement_off_is_an_advisory_share(off: str) -> None:
+    """HAMi's device plugin preloads no HAMi-core where CUDA_DISABLE_CONTROL parses true (Go's
+    ParseBool): the share is still the container's, said as not enforced."""
+    _, per_gpu, source = caps({"CUDA_DEVICE_MEMORY_LIMIT_0": "6144m", "CUDA_DISABLE_CONTROL": off})
+    assert per_gpu == {0: 6144 - 1536}
+    assert source.startswith(f"HAMi CUDA_DEVICE_MEMORY_LIMIT_0=6144m, not enforced: "
+                             f"CUDA_DISABLE_CONTROL={off} (advisory) minus 1536 MiB")  # fmt: skip
+    enforced = caps({"CUDA_DEVICE_MEMORY_LIMIT_0": "6144m", "CUDA_DISABLE_CONTROL": "false"})
+    assert "(enforced) minus 1536 MiB" in enforced[2] and "not enforced" not in enforced[2]

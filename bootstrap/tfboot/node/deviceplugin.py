@@ -8,7 +8,8 @@ gpushare's, then KAI's portion.
 
 - HAMi sets ``CUDA_DEVICE_MEMORY_LIMIT_<i>`` per visible GPU (or ``CUDA_DEVICE_MEMORY_LIMIT``
   for all) with a unit suffix such as ``6144m``, enforced in its CUDA hook (KAI's
-  ``hamicore`` mode sets the same).
+  ``hamicore`` mode sets the same), unless the container sets ``CUDA_DISABLE_CONTROL=true``:
+  the hook is then not preloaded, and the share is read as advisory.
 - MPS on GKE and Amazon ECS sets ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT``, enforced by the CUDA
   driver: one amount for every GPU, or ``ordinal=amount`` pairs. NVIDIA's DRA driver and
   its device plugin set the limit on the MPS control daemon instead (the claim's
@@ -37,6 +38,10 @@ from .nvml import read_inventory
 
 HAMI_ALL = "CUDA_DEVICE_MEMORY_LIMIT"
 HAMI_PREFIX = "CUDA_DEVICE_MEMORY_LIMIT_"
+# HAMi's device plugin leaves HAMi-core out (no /etc/ld.so.preload) where the container sets
+# this to what Go's strconv.ParseBool reads as true (HAMi 2.10, pkg/device-plugin).
+HAMI_OFF = "CUDA_DISABLE_CONTROL"
+GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
 GPUSHARE = "ALIYUN_COM_GPU_MEM_CONTAINER"
 GPUSHARE_DEVICE = "ALIYUN_COM_GPU_MEM_DEV"
 MPS = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
@@ -117,6 +122,10 @@ def _hami(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None
         return None
     default = _hami_mib(HAMI_ALL, env[HAMI_ALL], problems) if HAMI_ALL in env else None
     source = f"HAMi {', '.join(names)}"
+    off = env.get(HAMI_OFF, "").strip()
+    if off in GO_TRUE:  # the device plugin then mounts no /etc/ld.so.preload: nothing enforces it
+        return PluginLimit(default, per_gpu, f"{source}, not enforced: {HAMI_OFF}={off}",
+                           enforced=False)  # fmt: skip
     return PluginLimit(default, per_gpu, source)
 
 
