@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Run the whole test suite. Installs what it needs (Debian packages, both Python test
-# environments), starts the Docker engine, builds the tfboot wheel and installs it into
-# both environments, then runs pytest. Extra arguments go to pytest.
+# Run the whole test suite. Installs what it needs (Debian packages; the Python test
+# environments: .venv, .venv-nightly and the version matrix of .venv-jax-* and .venv-tf-*),
+# starts the Docker engine, builds the tfboot wheel and installs it into every
+# environment, then runs pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 python="${PYTHON:-python3}"

@@ -402,7 +402,7 @@ def test_a_short_run_gets_no_cpu_suggestion(tmp_path: Path) -> None:
     assert "--cpus-per-task" not in record["suggest"]["slurm"]
     assert any("gives no CPU figure" in n for n in record["suggest"]["notes"])
     [line] = used_lines(done.stderr)  # no CPU figure printed, and why said once
-    assert "not judged in so short a run" in line and "gives no" not in line
+    assert "not judged in a run under 60 s" in line and "gives no" not in line
     assert "CPU (" in line and ", 2 threads) not judged" in line
     assert " CPUs" not in line and line.count(" s since the process started") == 1
 

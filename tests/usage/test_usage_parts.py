@@ -185,7 +185,7 @@ def test_a_short_run_s_line_gives_no_cpu_figure_and_says_so_once() -> None:
     entry["suggest"] = suggest([entry])
     assert sinks.used_line(entry) == (
         "used: host memory peak 1000.0 MiB of no limit, 0 OOM kills, 0 memory.high events; "
-        "CPU (no quota, 2 threads) not judged in so short a run; over the 5.1 s since the "
+        "CPU (no quota, 2 threads) not judged in a run under 60 s; over the 5.1 s since the "
         "process started; next time: requests.memory=1152Mi, limits.memory=1152Mi, "
         "Slurm --mem=1152M"
     )

@@ -60,7 +60,7 @@ def _cpu(cpu: dict[str, Any]) -> str:
     threads = f", {cpu['threads']} threads" if cpu.get("threads") is not None else ""
     if isinstance(wall, int | float) and wall < MIN_CPU_WINDOW_S:
         budget = f"a {cpu['quota']:g}-CPU quota" if cpu.get("quota") else "no quota"
-        return f"CPU ({budget}{threads}) not judged in so short a run"
+        return f"CPU ({budget}{threads}) not judged in a run under {MIN_CPU_WINDOW_S} s"
     quota = f" of a {cpu['quota']:g}-CPU quota" if cpu.get("quota") else " of no quota"
     if cpu.get("earlier_quotas"):
         quota += f" (resized from {cpu['earlier_quotas'][0].get('quota')})"
