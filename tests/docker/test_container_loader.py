@@ -49,8 +49,10 @@ def test_a_full_dev_shm_is_named_with_its_need_and_its_fix(run_loader, context: 
     assert "unable to allocate shared memory(shm)" in plain.stderr and "tfboot" not in plain.stderr
     seen = run_loader(args, shm_size="64m")
     assert seen.exit_code == 1, seen
-    assert "tfboot: configured PyTorch: /dev/shm 64 MiB (Docker's default size, a tmpfs of " \
+    assert (
+        "tfboot: configured PyTorch: /dev/shm 64 MiB (Docker's default size, a tmpfs of "
         "its own), 64 MiB free: DataLoader workers pass their batches through it" in seen.stderr
+    )
     warned = [x for x in seen.stderr.splitlines() if x.startswith(UNWARNED)]
     assert warned == [
         "tfboot: warning: DataLoader: its 2 worker(s) hold up to 2 x prefetch_factor 2 batches "
@@ -95,10 +97,14 @@ def test_dev_shm_counted_against_the_memory_limit_is_said(run_loader) -> None:
                       memswap_limit="1g")  # fmt: skip
     warned = [x for x in seen.stderr.splitlines() if x.startswith(UNWARNED)]
     assert len(warned) == 1, seen
-    assert "batches of 150 MiB in /dev/shm, 750 MiB with the one in use, and its pages count " \
-        "against the memory limit of 1024 MiB, of which " in warned[0], warned
-    assert "the OOM killer would end a worker; raise the memory limit by 768 MiB with " \
-        "/dev/shm's size" in warned[0], warned
+    assert (
+        "batches of 150 MiB in /dev/shm, 750 MiB with the one in use, and its pages count "
+        "against the memory limit of 1024 MiB, of which " in warned[0]
+    ), warned
+    assert (
+        "the OOM killer would end a worker; raise the memory limit by 768 MiB with "
+        "/dev/shm's size" in warned[0]
+    ), warned
     if seen.exit_code == 0:  # the main process kept up: it ran, warned
         assert json.loads(seen.stdout.strip().splitlines()[-1])["total"] == TOTAL
 
@@ -111,5 +117,7 @@ def test_doctor_says_a_small_dev_shm(tfboot_image: str) -> None:
         mounts=[(SITE, MOUNTED_SITE)],
         shm_size="64m",
     ).ok()
-    assert "  /dev/shm 64 MiB (Docker's default size, a tmpfs of its own), 64 MiB free: smaller " \
-        "than a DataLoader with workers plausibly needs (256 MiB)" in seen.stdout, seen
+    assert (
+        "  /dev/shm 64 MiB (Docker's default size, a tmpfs of its own), 64 MiB free: smaller "
+        "than a DataLoader with workers plausibly needs (256 MiB)" in seen.stdout
+    ), seen

@@ -171,10 +171,16 @@ def test_a_share_is_judged_by_the_framework_the_container_names(
     whose spec names its framework is judged by that framework's headroom. (Each is given a
     memory-backed /dev/shm, so a PyTorch container's DataLoader gets no note of its own.)"""
     hami = kai_pod({}, ("MEMORY_LIMIT_MB", "auto"), *env)
-    hami["spec"]["volumes"].append({"name": "shm", "emptyDir": {"medium": "Memory",
-                                                                "sizeLimit": "256Mi"}})
-    spec = {**spec, "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"},
-                                     {"name": "shm", "mountPath": "/dev/shm"}]}
+    hami["spec"]["volumes"].append(
+        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}}
+    )
+    spec = {
+        **spec,
+        "volumeMounts": [
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "shm", "mountPath": "/dev/shm"},
+        ],
+    }
     hami["spec"].pop("schedulerName")
     hami["spec"]["containers"][0].update(spec)
     hami["spec"]["containers"][0]["resources"]["limits"].update(

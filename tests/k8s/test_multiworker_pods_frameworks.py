@@ -76,6 +76,7 @@ LOST_PEER = {
     ),
 }
 
+
 class FrameworkPods(Cluster):
     """``Cluster``, its containers also given the training script, the mounted
     site-packages on ``PYTHONPATH``, and (``init``) the engine's init as PID 1."""
