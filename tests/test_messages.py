@@ -87,3 +87,25 @@ def test_a_value_given_in_the_environment_is_quoted() -> None:
     """The other half of the rule: what the user wrote in plain sight is named with its value."""
     with pytest.raises(ConfigError, match="MEMORY_LIMIT_MB='lots' is invalid"):
         resolve({"MEMORY_LIMIT_MB": "lots"})
+
+
+def test_the_errors_the_docs_quote_are_the_ones_printed() -> None:
+    """Each ``NAME='value' is invalid: ...`` line the README, docs/ and docker/README.md quote
+    is, word for word, what ``resolve`` says for that value."""
+    import re
+    from pathlib import Path
+
+    from tfboot import ConfigError, resolve
+
+    root = Path(__file__).resolve().parent.parent
+    quoted = []
+    for path in [root / "README.md", root / "docker" / "README.md", *(root / "docs").glob("*.md")]:
+        quoted += re.findall(r"([A-Z_]+)='([^']*)' is invalid: ([^\n`]*)", path.read_text())
+    assert quoted, "no quoted error found"
+    for name, value, words in quoted:
+        try:
+            resolve({name: value})
+        except ConfigError as exc:
+            assert str(exc) == f"{name}={value!r} is invalid: {words}", (name, value)
+        else:
+            raise AssertionError(f"{name}={value!r} is accepted, yet the docs quote an error")
