@@ -6,8 +6,17 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 python="${PYTHON:-python3}"
 demo=.venv-demo
 
-[ -x "$demo/bin/python" ] || "$python" -m venv "$demo"
+say() { printf 'demo: %s\n' "$*" >&2; }
+
+if [ ! -x "$demo/bin/python" ]; then
+    say "making a fresh environment in $demo"
+    "$python" -m venv "$demo"
+fi
+if ! "$demo/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('tensorflow') is None)"; then
+    say "installing tensorflow-cpu 2.21.0 into $demo (about 600 MB; a few minutes the first time)"
+fi
 "$demo/bin/python" -m pip install -q --disable-pip-version-check "tensorflow-cpu==2.21.0"
+say "building the tfboot wheel and installing it"
 rm -rf dist && "$demo/bin/python" -m pip wheel -q --no-deps -w dist .
 "$demo/bin/python" -m pip install -q --force-reinstall dist/tfboot-*.whl
 export TF_CPP_MIN_LOG_LEVEL=2

@@ -34,6 +34,8 @@ bash scripts/ensure-docker.sh
 
 venv() {  # venv DIR REQUIREMENTS [PYTHON]
     [ -x "$1/bin/python" ] || "${3:-$python}" -m venv "$1"
+    # Said before pip starts: a cold install of a framework takes minutes with no output.
+    say "$1: installing $2 (pip is quiet; a cold install takes minutes)"
     "$1/bin/python" -m pip install -q --disable-pip-version-check -r "$2"
 }
 say "preparing .venv, .venv-nightly and the version matrix"
