@@ -116,11 +116,21 @@ def _write(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data[:_CHUNK]) :]
 
 
+def spawned_worker() -> bool:
+    """This interpreter was started by ``multiprocessing``'s spawn or forkserver (its
+    command line is theirs: ``--multiprocessing-fork``, or the fork server's ``main``)."""
+    argv = " ".join(getattr(sys, "orig_argv", ()))
+    return "--multiprocessing-fork" in argv or "multiprocessing.forkserver" in argv
+
+
 def log(result: Result, level: str) -> None:
     """The framework's warnings, its calls (debug), and what it got and why (info); a
-    framework that came along with another is logged under debug only."""
+    framework that came along with another, and one in a worker ``multiprocessing`` started
+    as a fresh interpreter (a DataLoader's, a pool's: spawn, forkserver), logged under debug
+    only, so that N workers do not repeat the line of the process that started them."""
     plan = result.plan
-    if level == "quiet" or plan is None or (level == "info" and plan.role.kind == ALONG):
+    quieter = plan is not None and (plan.role.kind == ALONG or spawned_worker())
+    if level == "quiet" or plan is None or (level == "info" and quieter):
         return
     name = result.framework + plan.role.label
     for warning in result.warnings:
