@@ -75,3 +75,36 @@ def test_the_usage_report_gives_dev_shm_s_peak_and_its_size(tmp_path) -> None:
     used = next(x for x in run.stderr.splitlines() if x.startswith("tfboot: used:"))
     assert f"/dev/shm peak {record['shm']['peak_mib']:g} MiB of " in used, used
     assert f"/dev/shm {size}Mi (within limits.memory)" in used, used
+
+
+IN_WORKER = """
+import json, sys, torch
+from torch.utils.data import DataLoader, Dataset
+from tfboot.executor.loader import in_worker
+
+class Seen(Dataset):
+    def __len__(self): return 2
+    def __getitem__(self, index): return int(in_worker())
+
+if __name__ == "__main__":
+    loader = DataLoader(Seen(), batch_size=1, num_workers=2, multiprocessing_context=sys.argv[1])
+    print(json.dumps({"main": in_worker(), "workers": sorted(int(b) for b in loader)}))
+"""
+
+
+def test_a_dataloader_worker_knows_it_is_one(tmp_path) -> None:
+    """What keeps the main process's GPU cap out of a worker that starts CUDA: a real
+    worker (fork, spawn) sees itself as one, the main process does not."""
+    import json
+    import subprocess
+    import sys
+
+    from support import scenario_env
+
+    script = tmp_path / "in_worker.py"
+    script.write_text(IN_WORKER)
+    for context in ("fork", "spawn"):
+        done = subprocess.run([sys.executable, str(script), context], env=scenario_env({}),
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout.splitlines()[-1]) == {"main": False, "workers": [1, 1]}

@@ -14,6 +14,10 @@ same arguments and returns what it returns.
   when that is more than ``/dev/shm``'s size. A warning, not an error: the estimate is
   taken from the first batch, and a loader whose later batches are smaller, or whose main
   process keeps up, runs.
+- A worker is the main process's guest: no GPU cap of its own should it start CUDA
+  (``patches.torch_caps``: the cap is the main process's budget). Its usage is a member
+  of the task's job record, as any child's, so that its memory counts where the task's
+  process tree is what is measured.
 - Where PyTorch then cannot allocate a batch there (``UntypedStorage._new_shared`` raising
   ``ENOSPC``, in the worker, PyTorch 2.13's "unable to allocate shared memory(shm)") or a
   worker dies of SIGBUS writing to it (older versions), the job's error says what was
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -41,6 +46,13 @@ WRAPPED = "__tfboot_wraps__"
 _loader: dict[str, int] = {}
 _said: set[str] = set()  # what this process already warned about, once each
 _peak = [0]  # the most /dev/shm held when a batch arrived, in bytes (``shm_peak``)
+
+
+def in_worker() -> bool:
+    """This process is a DataLoader's worker: PyTorch set its worker info (from the start of
+    its worker loop). Read without importing anything."""
+    worker = sys.modules.get("torch.utils.data._utils.worker")
+    return getattr(worker, "_worker_info", None) is not None
 
 
 def shm_peak() -> int:

@@ -68,6 +68,10 @@ def torch_caps(torch: ModuleType, caps: dict[int, int], given: str) -> str | Non
     """Queue each GPU's cap, as a fraction of its total memory, for CUDA's start."""
 
     def cap_memory() -> None:
+        from .loader import in_worker
+
+        if in_worker():  # the cap is the main process's budget (executor.loader)
+            return
         for ordinal, cap in caps.items():
             if ordinal >= torch.cuda.device_count():
                 continue
