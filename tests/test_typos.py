@@ -64,3 +64,14 @@ def test_the_import_warns_once_per_process_and_quiet_silences_it() -> None:
     ], done.stderr
     quiet = run_python("import torch", {**env, "TFBOOT_LOG": "quiet"})
     assert "MEMORY_LIMT_MB" not in quiet.stderr
+
+
+def test_tfboot_s_own_internal_names_are_never_judged() -> None:
+    """The names tfboot sets between its own processes, at their homes."""
+    from tfboot.cluster.engines import TASK
+    from tfboot.kube.template import CONTAINER_ENV
+    from tfboot.typos import INTERNAL
+    from tfboot.usage.job import RUN
+
+    assert {TASK, CONTAINER_ENV, RUN} <= INTERNAL
+    assert misspelled(INTERNAL) == []

@@ -15,13 +15,19 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from .node.cpu import CGROUP_ROOT
+from .node.nvml import LIBRARY_ENV
+from .provenance import RECORD
 from .settings import ALL_NAMES, FILE_NAMES
 
 PREFIX = "TFBOOT_"
 CUTOFF = 0.9
-# tfboot's own names that no user sets: its records between processes, and test seams.
-INTERNAL = frozenset({"TFBOOT_TASK", "TFBOOT_WROTE", "TFBOOT_INJECTED", "TFBOOT_USAGE_RUN",
-                      "TFBOOT_NVML_LIBRARY", "TFBOOT_CGROUP_ROOT"})  # fmt: skip
+# tfboot's own names that no user sets: its records between processes, and test seams. The
+# three named here are defined in layers above this one (cluster.engines.TASK, loaded only
+# for a cluster; kube.template.CONTAINER_ENV; usage.job.RUN): tests/test_typos.py holds
+# them equal.
+INTERNAL = frozenset({RECORD, CGROUP_ROOT, LIBRARY_ENV,
+                      "TFBOOT_TASK", "TFBOOT_INJECTED", "TFBOOT_USAGE_RUN"})  # fmt: skip
 KNOWN = ALL_NAMES | FILE_NAMES | INTERNAL
 CONTRACT = sorted(FILE_NAMES)  # what a misspelling is compared with: the contract and DIST_*
 OWN = sorted(ALL_NAMES - FILE_NAMES)  # tfboot's own TFBOOT_* settings

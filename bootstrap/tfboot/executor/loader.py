@@ -26,6 +26,7 @@ same arguments and returns what it returns.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -36,11 +37,11 @@ from typing import Any
 from ..node.hostmem import memory_budget
 from ..node.shm import MIB, PATH, read_shm, used_bytes
 from .result import emit
+from .wrapping import replace
 
 PREFETCH = 2  # PyTorch's default prefetch_factor with workers
 ROUND_MIB = 64  # a suggested size is a multiple of this
 FULL = ("No space left on device", "unable to write to file", "unable to allocate shared memory")
-WRAPPED = "__tfboot_wraps__"
 # The loader whose workers started last in this process: num_workers and prefetch_factor
 # (a forked worker inherits it; a spawned one takes PyTorch's default prefetch).
 _loader: dict[str, int] = {}
@@ -66,24 +67,10 @@ def install(torch: ModuleType, quota: float | None, quota_source: str, quiet: bo
     from torch.utils.data import dataloader
 
     workers = dataloader._MultiProcessingDataLoaderIter
-    _wrap(workers, "__init__", lambda f: _starting(f, quota, quota_source, quiet))
-    _wrap(workers, "_process_data", lambda f: _first_batch(f, quiet))
-    _wrap(workers, "_next_data", _bus_error)
-    storage = torch.UntypedStorage
-    current = storage._new_shared
-    original = getattr(current, WRAPPED, current)
-    wrapped = _full(original)
-    setattr(wrapped, WRAPPED, original)
-    storage._new_shared = staticmethod(wrapped)
-
-
-def _wrap(owner: Any, name: str, wrap: Callable[[Any], Any]) -> None:
-    current = getattr(owner, name)
-    original = getattr(current, WRAPPED, current)
-    wrapped = wrap(original)
-    wrapped.__name__, wrapped.__doc__ = original.__name__, original.__doc__
-    setattr(wrapped, WRAPPED, original)
-    setattr(owner, name, wrapped)
+    replace(workers, "__init__", lambda f: _starting(f, quota, quota_source, quiet))
+    replace(workers, "_process_data", lambda f: _first_batch(f, quiet))
+    replace(workers, "_next_data", _bus_error)
+    replace(torch.UntypedStorage, "_new_shared", _full, static=True)
 
 
 def _once(key: str, quiet: bool, text: str) -> None:
@@ -95,6 +82,7 @@ def _once(key: str, quiet: bool, text: str) -> None:
 
 def _starting(original: Callable[..., Any], quota: float | None, source: str,
               quiet: bool) -> Callable[..., Any]:  # fmt: skip
+    @functools.wraps(original)
     def init(self: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
         workers = int(loader.num_workers)
         _loader.update(workers=workers, prefetch=int(loader.prefetch_factor or PREFETCH))
@@ -109,6 +97,7 @@ def _starting(original: Callable[..., Any], quota: float | None, source: str,
 
 
 def _first_batch(original: Callable[..., Any], quiet: bool) -> Callable[..., Any]:
+    @functools.wraps(original)
     def process(self: Any, data: Any, *args: Any) -> Any:
         held = used_bytes()
         if held is not None and held > _peak[0]:
@@ -147,6 +136,7 @@ def _judge(workers: int, prefetch: int, size: int, quiet: bool) -> None:
 
 
 def _bus_error(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
     def next_data(self: Any) -> Any:
         try:
             return original(self)
@@ -160,6 +150,7 @@ def _bus_error(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _full(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
     def new_shared(size: int, *args: Any, **kwargs: Any) -> Any:
         try:
             return original(size, *args, **kwargs)

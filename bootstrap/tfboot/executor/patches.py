@@ -20,8 +20,7 @@ from ..budget.gpus import cap_over_gpu
 from ..budget.hostmemory import DataDefaults
 from ..budget.malloc import Watch
 from ..errors import ConfigError, Problem
-
-WRAPPED = "__tfboot_wraps__"  # on tfboot's wrapper of a framework function: the original
+from .wrapping import replace
 
 
 def tf_data_defaults(tf: ModuleType, defaults: DataDefaults) -> str | None:
@@ -126,23 +125,13 @@ def peer_watcher(
         module = sys.modules.get(module_name)
         owner = getattr(module, owner_name, None) if owner_name else module
         if callable(getattr(owner, name, None)):
-            _replace(owner, name, lambda f: within(f, watcher.waiting, watcher.waited))
+            replace(owner, name, lambda f: within(f, watcher.waiting, watcher.waited))
             bracketed.append(f"{owner_name or module_name.rpartition('.')[2]}.{name}")
     started = f"peer watcher started for {len(peers)} peer(s)"
     if not bracketed:  # a TensorFlow that waits elsewhere: the clock runs from the import
         watcher.waiting()
         return f"{started}; its clock from the import (none of TensorFlow's waits found)"
     return f"{started}; its clock from the start of each wait in {', '.join(bracketed)}"
-
-
-def _replace(module: Any, name: str, wrap: Callable[[Any], Any]) -> None:
-    """``module.name`` replaced by ``wrap(original)``, the original taken from under an
-    earlier tfboot wrapper: a second configuration replaces the first."""
-    current = getattr(module, name)
-    original = getattr(current, WRAPPED, current)
-    wrapped = wrap(original)
-    setattr(wrapped, WRAPPED, original)
-    setattr(module, name, wrapped)
 
 
 def jax_distributed(
@@ -180,7 +169,7 @@ def jax_distributed(
 
         return initialize
 
-    _replace(jax.distributed, "initialize", wrap)
+    replace(jax.distributed, "initialize", wrap)
     return f"jax.distributed.initialize fills unset {', '.join(filled)}"
 
 
@@ -193,7 +182,7 @@ def torch_deadline(torch: ModuleType, seconds: int, waits: str) -> str | None:
         f"cluster: PyTorch's group did not form within DIST_STARTUP_TIMEOUT={seconds} s of "
         f"init_process_group's start: {waits}; ending this task"
     )
-    _replace(torch.distributed, "init_process_group", lambda f: bounded(f, seconds, text))
+    replace(torch.distributed, "init_process_group", lambda f: bounded(f, seconds, text))
     return f"torch.distributed.init_process_group bounded by {seconds} s from each call's start"
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from ..kube import template as t
 from ..kube.dracaps import pod_mps_caps
 from ..kube.interpreter import ADVICE, ignored_by
-from ..kube.workloads import dig, templates
+from ..kube.workloads import dig, mounted_at, templates
 from ..settings import BOOL_ACCEPTED, BOOL_WORDS
 
 LIMIT = "MEMORY_LIMIT_MB"
@@ -256,11 +256,10 @@ def _add_shm(pod: dict[str, Any], chosen: list[str], created: list[str], where: 
     """``--shm``: a memory-backed /dev/shm of a quarter of the smallest limits.memory of the
     chosen containers that mount none, mounted in each of them; what was done, as notes."""
     from ..kube.documents import quantity
-    from ..node.shm import size_under
+    from ..node.shm import PATH, size_under
 
-    without = [c for c in pod["containers"] if c.get("name") in chosen and not any(
-        isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == "/dev/shm"
-        for m in c.get("volumeMounts") or [])]  # fmt: skip
+    without = [c for c in pod["containers"]
+               if c.get("name") in chosen and not mounted_at(c, PATH)]  # fmt: skip
     limits = [quantity(((c.get("resources") or {}).get("limits") or {}).get("memory"))
               for c in without]  # fmt: skip
     if not without:

@@ -21,6 +21,8 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from ..node.shm import PATH as SHM_PATH
+
 VOLUME = "tfboot"
 SHM_VOLUME = "tfboot-shm"  # inject --shm's memory-backed /dev/shm
 MOUNT = "/tfboot"  # in each app container, read-only
@@ -160,7 +162,7 @@ def shm_volume(size_mib: int) -> dict[str, Any]:
 
 
 def shm_mount() -> dict[str, Any]:
-    return {"name": SHM_VOLUME, "mountPath": "/dev/shm"}
+    return {"name": SHM_VOLUME, "mountPath": SHM_PATH}
 
 
 def is_injected_init(name: object) -> bool:

@@ -162,6 +162,12 @@ def dig(doc: Any, path: Sequence[str]) -> Any:
     return node
 
 
+def mounted_at(spec: Mapping[str, Any], path: str) -> set[Any]:
+    """The names of the volumes the container ``spec`` mounts at ``path``."""
+    mounts = [m for m in spec.get("volumeMounts") or [] if isinstance(m, Mapping)]
+    return {m.get("name") for m in mounts if str(m.get("mountPath", "")).rstrip("/") == path}
+
+
 def templates(doc: Mapping[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(group, Pod template)`` for each Pod template of one object (the mapping that holds
     its ``metadata`` and ``spec``; a Pod is its own); group "" for built-ins."""

@@ -8,7 +8,7 @@ from typing import Any
 from ..kube.documents import quantity
 from ..kube.report import Report
 from ..kube.template import is_injected_init
-from ..kube.workloads import DEVICE_COUNTS, MAX_DEVICES, MIG_RESOURCE, Container
+from ..kube.workloads import DEVICE_COUNTS, MAX_DEVICES, MIG_RESOURCE, Container, mounted_at
 
 
 def check_resources(container: Container, report: Report) -> None:
@@ -116,7 +116,7 @@ SECURITY_RULES: tuple[SecurityRule, ...] = (
         "tmp-not-writable",
         lambda c: (
             c.security().get("readOnlyRootFilesystem") is not True
-            or _mounted(c, "/tmp")
+            or bool(mounted_at(c.spec, "/tmp"))
             or is_injected_init(c.spec.get("name"))  # tfboot's own: cp and printf, no /tmp
         ),
         "the root filesystem is read-only and /tmp is not a volume",
@@ -130,11 +130,6 @@ def check_security(container: Container, report: Report) -> None:
     for rule, holds, message, hint in SECURITY_RULES:
         if not holds(container):
             report.add(container.where, rule, message, hint)
-
-
-def _mounted(container: Container, path: str) -> bool:
-    mounts = container.spec.get("volumeMounts") or []
-    return any(str((m or {}).get("mountPath", "")).rstrip("/") == path for m in mounts)
 
 
 def check_image(container: Container, report: Report) -> None:

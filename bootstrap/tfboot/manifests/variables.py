@@ -22,7 +22,7 @@ from ..kube.environment import container_env
 from ..kube.framework import framework_of
 from ..kube.headroom import Advice, advice
 from ..kube.report import Report
-from ..kube.workloads import Container, GpuGrant, container_grant
+from ..kube.workloads import Container, GpuGrant, container_grant, mounted_at
 from ..node.cpu import CpuBudget
 from ..node.deviceplugin import PLUGINS, auto_without_share
 from ..node.headroom import VARIABLE as HEADROOM
@@ -311,11 +311,7 @@ def _check_host_memory(container: Container, settings: Settings, report: Report)
 def shm_volume(container: Container) -> dict[str, Any] | None:
     """The memory-backed ``emptyDir`` the container mounts at /dev/shm (its ``emptyDir``
     mapping), or None."""
-    at_shm = {
-        m.get("name")
-        for m in container.spec.get("volumeMounts") or []
-        if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == SHM
-    }
+    at_shm = mounted_at(container.spec, SHM)
     for volume in container.pod.get("volumes") or []:
         if isinstance(volume, dict) and volume.get("name") in at_shm:
             empty = volume.get("emptyDir")

@@ -10,14 +10,14 @@ all-reduce (NVIDIA/nccl#342, #290). NVIDIA's own containers run with ``--shm-siz
 
 from __future__ import annotations
 
-import os
 import resource
 from dataclasses import dataclass, field
 
-SHM = "/dev/shm"
+from .shm import MIB, size_mib
+from .shm import PATH as SHM
+
 SHM_MIN_MIB = 1024
 MEMLOCK_MIN_MIB = 64
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -61,11 +61,7 @@ class Readiness:
 
 def measure(shm: str = SHM) -> Readiness:
     """``/dev/shm``'s size and the memlock limit, without warnings."""
-    try:
-        stat = os.statvfs(shm)
-        shm_mib: int | None = stat.f_blocks * stat.f_frsize // MIB
-    except OSError:
-        shm_mib = None
+    shm_mib = size_mib(shm)
     soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     memlock = None if soft == resource.RLIM_INFINITY else soft // MIB
     kib = None if memlock is None else soft // 1024

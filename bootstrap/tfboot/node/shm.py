@@ -68,21 +68,29 @@ def size_under(limit: float) -> int:
     return max(DOCKER_DEFAULT_MIB, int(limit / 4 / MIB / 64) * 64)
 
 
-def used_bytes(path: str = PATH) -> int | None:
-    """What ``path``'s file system holds now, in bytes (None: unreadable)."""
+def _stat(path: str) -> os.statvfs_result | None:
     try:
-        found = os.statvfs(path)
+        return os.statvfs(path)
     except OSError:
         return None
-    return (found.f_blocks - found.f_bfree) * found.f_frsize
+
+
+def size_mib(path: str = PATH) -> int | None:
+    """``path``'s file system's size in MiB (None: unreadable)."""
+    found = _stat(path)
+    return None if found is None else found.f_blocks * found.f_frsize // MIB
+
+
+def used_bytes(path: str = PATH) -> int | None:
+    """What ``path``'s file system holds now, in bytes (None: unreadable)."""
+    found = _stat(path)
+    return None if found is None else (found.f_blocks - found.f_bfree) * found.f_frsize
 
 
 def read_shm(root: str = "/") -> SharedMemory:
     """``/dev/shm`` under ``root`` (``/``: this process's own)."""
-    path = os.path.join(root, PATH.lstrip("/"))
-    try:
-        found = os.statvfs(path)
-    except OSError:
+    found = _stat(os.path.join(root, PATH.lstrip("/")))
+    if found is None:
         return SharedMemory(None, None)
     size = found.f_blocks * found.f_frsize // MIB
     free = found.f_bavail * found.f_frsize // MIB
