@@ -112,6 +112,23 @@ def test_from_hold_at_large_blocks_are_unmapped_until_it_is_calm(tree: Path) -> 
     assert found.holds == 2
 
 
+def test_memory_is_kept_until_short_and_again_once_calm(tree: Path) -> None:
+    found = governor(tree)
+    assert found.keep()  # glibc takes both thresholds
+    working(tree, 150)
+    found.step(0.0)
+    assert not found.short
+    working(tree, 400)  # past 65%: glibc's own trim threshold, and a trim
+    found.step(1.0)
+    assert found.short and found.trims == 1 and found.holds == 0
+    working(tree, 100)
+    found.step(2.0)
+    assert found.short  # not calm yet
+    found.step(2.0 + CALM_S)
+    assert not found.short and found.holds == 0
+    assert "freed memory kept for reuse (up to 120 MiB" in acted(governor(tree).stats())
+
+
 def test_a_cgroup_that_cannot_be_read_is_waited_on(tree: Path) -> None:
     found = governor(tree)
     (tree / "sys/fs/cgroup/memory.current").write_text("not a number\n")

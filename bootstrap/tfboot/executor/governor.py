@@ -1,16 +1,19 @@
-"""The host-memory governor: freed memory back to the kernel when, and only when, it is short.
+"""The host-memory governor: freed memory kept while it is plentiful, given back when it is short.
 
 One daemon thread per process (``tfboot-memory``) reads the working set (``node.workingset``)
 against the levels of ``budget.malloc.Watch`` and acts through glibc, by ``ctypes``:
 
+- as it starts, glibc's thresholds are set to keep freed memory for reuse (``keep``: the
+  mmap threshold where glibc's own adjustment ends, the trim threshold ``watch.keep``);
 - below ``trim_at`` it does nothing but read, at intervals paced by the distance to
   ``hold_at`` (the working set could not cross it between two readings even growing at
   ``RATE``), from ``FAST_S`` to ``SLOW_S``;
-- from ``trim_at``, ``malloc_trim(0)`` each time the working set has grown by ``STEP`` of the
-  limit since the last trim (a process that lives there pays one trim, not one per block);
+- from ``trim_at``, the trim threshold goes back to glibc's own, and ``malloc_trim(0)`` runs
+  each time the working set has grown by ``STEP`` of the limit since the last trim (a
+  process that lives there pays one trim, not one per block);
 - from ``hold_at``, ``mallopt(M_MMAP_THRESHOLD, 1 MiB)`` as well, so freed large blocks are
   unmapped at once, and trims follow the working set at a finer step; after ``CALM_S`` under
-  ``trim_at`` the threshold is set back to where glibc's own adjustment would be.
+  ``trim_at`` memory is kept again.
 
 What it did is counted (``stats``) for the info line, ``tfboot doctor`` and the usage report:
 the trims, the bytes this process's resident set fell by across them, the holds and how
@@ -32,7 +35,7 @@ from typing import Any
 
 from ..budget.malloc import (
     CALM_S,
-    LOOSE_MMAP,
+    KEEP_MMAP,
     LOOSE_TRIM,
     M_MMAP_THRESHOLD,
     M_TRIM_THRESHOLD,
@@ -71,6 +74,7 @@ class Governor:
         self.holds = 0
         self.held_s = 0.0  # finished holds
         self.held_since: float | None = None
+        self.short = False  # the trim threshold is glibc's own, until calm
         self.calm_since: float | None = None
         self.mark = watch.trim_at  # the working set that earns the next trim
 
@@ -82,6 +86,8 @@ class Governor:
         watch = self.watch
         if found >= watch.trim_at:
             self.calm_since = None
+            if not self.short:
+                self.short = bool(self._mallopt(M_TRIM_THRESHOLD, LOOSE_TRIM))
             if found >= watch.hold_at and self.held_since is None:
                 self._hold(now)
             if found >= self.mark:
@@ -92,7 +98,7 @@ class Governor:
                 )
         else:
             self.mark = watch.trim_at
-            if self.held_since is not None:
+            if self.short or self.held_since is not None:
                 if self.calm_since is None:
                     self.calm_since = now
                 if now - self.calm_since >= CALM_S:
@@ -105,12 +111,19 @@ class Governor:
             self.held_since = now
             self.holds += 1
 
+    def keep(self) -> bool:
+        """Set glibc to keep freed memory for reuse (mmap threshold first: either call ends
+        glibc's own adjustment); whether glibc took both."""
+        return bool(self._mallopt(M_MMAP_THRESHOLD, KEEP_MMAP)) and bool(
+            self._mallopt(M_TRIM_THRESHOLD, self.watch.keep)
+        )
+
     def _loosen(self, now: float) -> None:
-        self._mallopt(M_MMAP_THRESHOLD, LOOSE_MMAP)
-        self._mallopt(M_TRIM_THRESHOLD, LOOSE_TRIM)
+        self.keep()
         if self.held_since is not None:
             self.held_s += now - self.held_since
         self.held_since = self.calm_since = None
+        self.short = False
 
     def _give_back(self) -> None:
         before = resident()
@@ -135,8 +148,10 @@ class Governor:
         if self.held_since is not None:
             held += time.monotonic() - self.held_since
         return {
-            "mechanism": "malloc_trim and mallopt(M_MMAP_THRESHOLD) when the working set is short",
+            "mechanism": "freed memory kept while plentiful (mallopt); malloc_trim and "
+            "mallopt(M_MMAP_THRESHOLD) when the working set is short",
             "working_set_source": self.reader.source,
+            "kept_mib": self.watch.keep >> 20,
             "trim_at_mib": self.watch.trim_at >> 20,
             "hold_at_mib": self.watch.hold_at >> 20,
             "trims": self.trims,
@@ -151,7 +166,8 @@ def acted(stats: dict[str, Any]) -> str:
     """What a governor's ``stats`` say it did, in words."""
     if not stats.get("trims") and not stats.get("holds"):
         return (f"nothing to do: the working set stayed under {stats.get('trim_at_mib')} MiB, "
-                "malloc as glibc has it")  # fmt: skip
+                f"freed memory kept for reuse (up to {stats.get('kept_mib')} MiB free at a "
+                "heap's top)")  # fmt: skip
     held = (f"; large blocks unmapped when freed {stats['holds']} time(s), "
             f"{stats['held_seconds']:g} s in all" if stats.get("holds") else "")  # fmt: skip
     return (f"{stats['trims']} trim(s) from {stats['trim_at_mib']} MiB gave back "
@@ -174,8 +190,10 @@ def start(watch: Watch) -> str | None:
         governor = Governor(watch, cgroup_root(os.environ))
     except (OSError, AttributeError):
         return "malloc_trim not found: malloc left alone"
+    kept = governor.keep()
     _run(governor)
-    return f"memory governor started, reading {governor.reader.source}"
+    said = "" if kept else " (glibc refused the thresholds that keep freed memory: its own kept)"
+    return f"memory governor started, reading {governor.reader.source}{said}"
 
 
 def _run(governor: Governor) -> None:
@@ -192,6 +210,7 @@ def _after_fork_in_child() -> None:
     if parent is not None:
         with contextlib.suppress(Exception):  # a guest never fails a fork
             child = Governor(parent.watch, parent=parent)
+            child.short = parent.short
             if parent.held_since is not None:
                 child.held_since, child.holds = time.monotonic(), 1
             _run(child)
