@@ -11,7 +11,8 @@ each, ``--warmup`` untimed steps, then ``--steps`` timed ones. Reported per case
 case cancels), the minor page faults of the timed steps (``getrusage``
 ``ru_minflt``: exact for the work, unlike a timing on a shared machine), the CPU seconds per
 step, and how often the memory governor acted in the tfboot-on runs
-(its trims and holds, from its own counters: 0 means malloc was left as glibc has it).
+(its trims and holds, from its own counters: 0 means memory was never short, and freed
+memory was kept for reuse throughout).
 
 Page faults are given as the minimum, median and maximum of each side, and the ratio of the
 minima is the tax. Where the heap starts within a 2 MiB page is drawn afresh in every
@@ -160,6 +161,7 @@ print(json.dumps({"wall": wall, "faults": after.ru_minflt - before.ru_minflt, "a
 CASES = {  # each side's timed steps take some seconds: a shorter window is mostly noise
     "numpy 1 MiB": ("numpy:1", 3000),
     "numpy 8 MiB": ("numpy:8", 800),
+    "numpy 24 MiB": ("numpy:24", 300),
     "numpy 64 MiB": ("numpy:64", 150),
     "torch MLP": ("torch", 30),
     "keras/tensorflow": ("keras:tensorflow", 8),
