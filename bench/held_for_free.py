@@ -14,18 +14,14 @@ step, and how often the memory governor acted in the tfboot-on runs
 (its trims and holds, from its own counters: 0 means memory was never short, and freed
 memory was kept for reuse throughout).
 
-Page faults are given as the minimum, median and maximum of each side, and the ratio of the
-minima is the tax. Where the heap starts within a 2 MiB page is drawn afresh in every
-process (address-space layout randomisation), and with transparent huge pages, which NumPy
-asks for on large arrays, that alone moves the faults of the same work: NumPy's 8 MiB
-temporaries fault 1,210,400 or 1,619,200 times in 800 steps, about one process in four the
-higher, the same two values with tfboot on or off. With the layout fixed (``setarch -R``)
-each side is one draw: tfboot on gave the lower value in every run and tfboot off the higher.
-A cost tfboot put on the work would be in every process, the minimum included; the
-placement's is in some. Where a framework's own threads allocate (PyTorch, Keras on JAX),
-the counts vary with the threads' timing by two orders of magnitude from run to run, on both
-sides (Keras on JAX: 115 to 97,353 with tfboot off); there the governor's count says whether
-tfboot did anything at all.
+Page faults are given as the minimum, median and maximum of each side. glibc's default
+gives the top of its heap back whenever more than twice its mmap threshold lies free there
+(at most 64 MiB), so the same work faults more or less by where its blocks land: where the
+heap starts is drawn afresh in every process (address-space layout randomisation, hash
+seeds), and where a framework's own threads allocate (PyTorch, Keras on JAX), by their
+timing too (PyTorch's MLP step: 16,320 to 398,880 faults in six runs with tfboot off).
+tfboot keeps freed memory while memory is plentiful, so its side is the steady one; a cost it
+put on the work would be in every one of its runs, the minimum included.
 
 The cases:
 
