@@ -7,9 +7,14 @@ one process: a warning, an error under ``REQUIRE_GPU``."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from support import problem_text
 from tfboot import ConfigError, resolve
+from tfboot.adapters.jax import _gpus as jax_gpus
+from tfboot.adapters.jax import fraction_text
+from tfboot.node.deviceplugin import partition_total
 
 MPS = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 
@@ -361,3 +366,59 @@ def test_hami_with_its_enforcement_off_is_an_advisory_share(off: str) -> None:
                              f"CUDA_DISABLE_CONTROL={off} (advisory) minus 1536 MiB")  # fmt: skip
     enforced = caps({"CUDA_DEVICE_MEMORY_LIMIT_0": "6144m", "CUDA_DISABLE_CONTROL": "false"})
     assert "(enforced) minus 1536 MiB" in enforced[2] and "not enforced" not in enforced[2]
+
+
+# MPS memory partitioning: the hard limit the kernel's dmem controller holds for the
+# container (fake cgroup trees under testdata/cgroup, read through TFBOOT_CGROUP_ROOT).
+TREES = Path(__file__).parent / "testdata" / "cgroup"
+
+
+def partitioned(tree: str, **env: str) -> dict[str, str]:
+    return {PIPE: "/tmp/nvidia-mps", "TFBOOT_CGROUP_ROOT": str(TREES / tree), **env}
+
+
+def test_an_mps_partition_in_dmem_max_is_the_share() -> None:
+    limit, per_gpu, source = caps(partitioned("v2-dmem"))
+    assert (limit, per_gpu) == (6144 - 1536, {})
+    assert source.startswith(
+        "MPS /sys/fs/cgroup/kubepods/pod1/dmem.max nvidia/0000:af:00.0/vidmem (enforced) "
+        "minus 1536 MiB of headroom for TensorFlow"
+    )
+    assert partition_total(partitioned("v2-dmem")) == 6144 << 20
+
+
+def test_dmem_max_is_read_only_in_an_mps_client() -> None:
+    env = partitioned("v2-dmem")
+    del env[PIPE]
+    assert partition_total(env) is None
+    assert "none is set" in problem_text({"MEMORY_LIMIT_MB": "auto", **env})
+
+
+def test_the_smaller_of_a_partition_and_the_hooks_variable_holds() -> None:
+    limit, _, source = caps(partitioned("v2-dmem", NVIDIA_GPU_MEMORY_LIMIT="4096"))
+    assert limit == 4096 - 1536 and "KAI NVIDIA_GPU_MEMORY_LIMIT=4096" in source
+
+
+def test_a_malformed_dmem_max_names_the_file_and_line() -> None:
+    text = problem_text({"MEMORY_LIMIT_MB": "auto", **partitioned("v2-dmem-garbage")})
+    assert (
+        "an MPS memory limit, but /sys/fs/cgroup/kubepods/pod1/ctr/dmem.max: line 1 is not" in text
+    )
+    assert "lots" not in text.replace("'<region> <bytes>|max'", "")
+
+
+def test_jax_takes_its_fraction_of_the_partition_never_the_whole_gpu(
+    nvml_library: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """XLA multiplies the fraction by the total ``cuMemGetInfo`` reports, the partition's
+    under MPS memory partitioning. The GPUs are the NVML stand-in's; the CUDA plugin JAX
+    would find is a fake (an empty ``jax_plugins.xla_cuda13`` package: no CUDA JAX here)."""
+    (tmp_path / "jax_plugins" / "xla_cuda13").mkdir(parents=True)
+    (tmp_path / "jax_plugins" / "xla_cuda13" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("FAKE_NVML_MIB", "81559:0")  # read by the stand-in itself
+    env = partitioned("v2-dmem", TFBOOT_NVML_LIBRARY=nvml_library)
+    assert jax_gpus(env) == (6144 << 20,)
+    assert fraction_text(4608, jax_gpus(env)[0]) == "0.750000"  # 4608 MiB of 6144
+    del env[PIPE]  # no partition: the whole GPU is CUDA's total
+    assert jax_gpus(env) == (81559 << 20,)

@@ -35,6 +35,7 @@ from ..budget.gpus import cap_over_gpu, cpu_split, no_gpu
 from ..budget.roles import NAMES, Role, decide
 from ..errors import ConfigError, Problem
 from ..node.cuda import cuda_devices
+from ..node.deviceplugin import partition_total
 from ..node.nvml import read_inventory
 from ..node.versions import Version, installed, shown
 from ..node.xlaflags import flag as xla_flag_text
@@ -263,8 +264,10 @@ def _gpus(env: Mapping[str, str]) -> tuple[int, ...]:
     if not inventory.totals:
         return ()
     # CUDA's order need not be NVML's: each GPU is taken as the largest, so the fraction
-    # never gives a GPU more than the cap.
-    return (max(inventory.totals),) * len(listed)
+    # never gives a GPU more than the cap. Under MPS memory partitioning CUDA's total is the
+    # partition: the fraction is of that, so the limit is never taken twice.
+    total, partition = max(inventory.totals), partition_total(env)
+    return (min(total, partition) if partition else total,) * len(listed)
 
 
 def _refusals(plan: Plan, settings: Settings) -> None:

@@ -285,6 +285,16 @@ def leaf(root: str, controller: str) -> tuple[int, str] | None:
     return mount.version, _directories(mount, path)[0]
 
 
+def v2_directories(root: str, controller: str) -> list[str]:
+    """The process's cgroup v2 directory for ``controller`` and its parents up to the
+    mount, leaf first; [] without a v2 hierarchy. Raises ``CgroupError`` (only) when
+    ``/proc/self/cgroup`` is malformed."""
+    found = _find(root, controller)
+    if found is None or found[0].version != 2:
+        return []
+    return _directories(*found)
+
+
 def _tightest_limit(
     root: str,
     controller: str,

@@ -15,6 +15,10 @@ gpushare's, then KAI's portion.
   its device plugin set the limit on the MPS control daemon instead (the claim's
   ``defaultPinnedDeviceMemoryLimit``) and hand the container only ``CUDA_MPS_PIPE_DIRECTORY``:
   the limit is not visible there, and ``auto`` says so (``auto_without_share``).
+- MPS memory partitioning (CUDA 13.4, driver 615, Linux 6.14 and later) holds a hard limit
+  per container in the kernel's ``dmem`` controller (``node.dmem``), set by
+  nvidia-container-toolkit's hook or ``nvidia-smi memory-limits``; read where the container
+  is an MPS client (``CUDA_MPS_PIPE_DIRECTORY`` set), whatever set it.
 - KAI Scheduler's ``nvfractions`` (kai-gpu-fractioning's fractiond) sets
   ``NVIDIA_GPU_MEMORY_LIMITS`` in MiB, which nvidia-container-toolkit's
   ``apply-cuda-memory-limits`` hook enforces through NVML memory limits; its ``gpusharing``
@@ -33,6 +37,9 @@ from dataclasses import dataclass, field
 
 from ..errors import Problem
 from ..values import digits, quote
+from .cgroup import CgroupError
+from .cpu import cgroup_root
+from .dmem import read_gpu_memory_limit
 from .headroom import headroom_table
 from .nvml import read_inventory
 
@@ -159,6 +166,27 @@ def _mps(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
     return PluginLimit(None, per_gpu, source)
 
 
+def _dmem(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
+    """MPS memory partitioning's hard limit, from the container's ``dmem.max``, where the
+    container is an MPS client."""
+    if not env.get(MPS_PIPE, "").strip():
+        return None
+    try:
+        found = read_gpu_memory_limit(cgroup_root(env))
+    except CgroupError as exc:
+        problems.append(Problem("MEMORY_LIMIT_MB", "auto", f"an MPS memory limit, but {exc}"))
+        return None
+    return None if found is None else PluginLimit(found.mib, {}, f"MPS {found.source}")
+
+
+def partition_total(env: Mapping[str, str]) -> int | None:
+    """The GPU total CUDA reports under MPS memory partitioning (``cuMemGetInfo`` gives the
+    hard limit as the total), in bytes; None where no partition is read. A framework that
+    takes its cap as a fraction of the total takes it of this, never of the whole GPU."""
+    found = _dmem(env, [])
+    return None if found is None or found.default is None else found.default << 20
+
+
 def _tightest(limits: list[PluginLimit]) -> PluginLimit:
     """Two hard shares both hold: the smaller cap for every GPU either names."""
     defaults = [limit.default for limit in limits if limit.default is not None]
@@ -262,6 +290,7 @@ PLUGINS: tuple[Plugin, ...] = (
         grant_env=lambda count, mib: {f"{HAMI_PREFIX}{i}": f"{mib}m" for i in range(count)},
     ),
     Plugin("mps", "MPS", MPS, True, _mps),
+    Plugin("dmem", "MPS memory partitioning", "dmem.max", True, _dmem),
     Plugin("kai", "KAI", KAI_LIMITS, True, _kai_limits),
     Plugin(
         "gpushare",
@@ -310,7 +339,8 @@ def auto_without_share(env: Mapping[str, str]) -> tuple[str, str]:
     return (
         f"{missing}. MPS is there ({MPS_PIPE}={quote(pipe)}); its memory limit is not "
         "visible in the container: NVIDIA's DRA driver and device plugin set it on the MPS "
-        "control daemon",
+        "control daemon, and no dmem.max in the container's cgroups limits an NVIDIA GPU "
+        "(MPS memory partitioning)",
         f"looked for {looked_for()}; set {MPS} to the claim's defaultPinnedDeviceMemoryLimit "
         "(such as 10G) and keep auto, or set MEMORY_LIMIT_MB to that limit in MiB minus the "
         f"framework's headroom ({headroom_table()})",
