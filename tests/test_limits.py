@@ -91,3 +91,19 @@ def test_cluster_numbers_of_any_size_are_config_errors(env: dict[str, str]) -> N
     with pytest.raises(ConfigError):
         env = {"JOB_COMPLETION_INDEX": "0", **env}
         cluster_plan(env["DISTRIBUTED"], env)
+
+
+def test_every_framework_that_reads_a_gpu_cap_declares_its_headroom() -> None:
+    """A framework added without a headroom row fails here, instead of being given
+    TensorFlow's figure (a made-up one is refused by name)."""
+    import importlib
+
+    from tfboot import ADAPTERS
+    from tfboot.node.headroom import BASE, headroom
+
+    for name in set(ADAPTERS.values()):
+        adapter = importlib.import_module(f"tfboot.adapters.{name}")
+        if adapter.READS is None or "MEMORY_LIMIT_MB" in adapter.READS:
+            assert adapter.MODULE in BASE, f"{adapter.MODULE} reads MEMORY_LIMIT_MB, no headroom"
+    with pytest.raises(KeyError, match="no GPU headroom declared for 'mxnet'"):
+        headroom("mxnet")

@@ -62,7 +62,9 @@ def headroom(module: str, nccl: str = "", given: tuple[int, str] | None = None) 
     ``MEMORY_HEADROOM_MB`` as (MiB, how it is shown)."""
     if given is not None:
         return Headroom(given[0], given[1])
-    mib, why = BASE.get(module, BASE["tensorflow"])
+    if module not in BASE:  # never another framework's figure: tests/test_limits.py
+        raise KeyError(f"no GPU headroom declared for {module!r} (node/headroom.py BASE)")
+    mib, why = BASE[module]
     if nccl:
         return Headroom(mib + NCCL_MIB, f"{why}, and {NCCL_MIB} MiB for NCCL: {nccl}")
     return Headroom(mib, why)
