@@ -129,7 +129,14 @@ def test_memory_is_kept_until_short_and_again_once_calm(tree: Path) -> None:
     assert "freed memory kept for reuse (up to 120 MiB" in acted(governor(tree).stats())
 
 
-def test_a_cgroup_that_cannot_be_read_is_waited_on(tree: Path) -> None:
+def test_a_cgroup_that_cannot_be_read_is_waited_on_with_glibcs_own_threshold(tree: Path) -> None:
     found = governor(tree)
+    assert found.keep()
     (tree / "sys/fs/cgroup/memory.current").write_text("not a number\n")
     assert found.step(0.0) == SLOW_S and found.trims == 0
+    assert found.short  # blind: nothing kept that only a reading would give back
+    assert not governor(tree).keep()  # nor kept from the start
+    working(tree, 100)
+    found.step(1.0)
+    found.step(1.0 + CALM_S)
+    assert not found.short  # read again, and calm: kept again

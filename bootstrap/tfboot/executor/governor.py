@@ -13,7 +13,9 @@ against the levels of ``budget.malloc.Watch`` and acts through glibc, by ``ctype
   process that lives there pays one trim, not one per block);
 - from ``hold_at``, ``mallopt(M_MMAP_THRESHOLD, 1 MiB)`` as well, so freed large blocks are
   unmapped at once, and trims follow the working set at a finer step; after ``CALM_S`` under
-  ``trim_at`` memory is kept again.
+  ``trim_at`` memory is kept again;
+- while the working set cannot be read, glibc's own trim threshold, as when short: nothing
+  is kept that only a reading would give back.
 
 What it did is counted (``stats``) for the info line, ``tfboot doctor`` and the usage report:
 the trims, the bytes this process's resident set fell by across them, the holds and how
@@ -81,13 +83,14 @@ class Governor:
     def step(self, now: float) -> float:
         """Read the working set, act on it; the seconds until the next reading."""
         found = self.reader.read(self.watch.trim_at)
-        if found is None:
+        if found is None:  # blind: glibc's own trim threshold, kept again once calm
+            self._shorten()
+            self.calm_since = None
             return SLOW_S
         watch = self.watch
         if found >= watch.trim_at:
             self.calm_since = None
-            if not self.short:
-                self.short = bool(self._mallopt(M_TRIM_THRESHOLD, LOOSE_TRIM))
+            self._shorten()
             if found >= watch.hold_at and self.held_since is None:
                 self._hold(now)
             if found >= self.mark:
@@ -106,6 +109,10 @@ class Governor:
         room = watch.hold_at - found
         return FAST_S if room <= 0 else min(SLOW_S, max(FAST_S, room / RATE))
 
+    def _shorten(self) -> None:
+        if not self.short:
+            self.short = bool(self._mallopt(M_TRIM_THRESHOLD, LOOSE_TRIM))
+
     def _hold(self, now: float) -> None:
         if self._mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD):
             self.held_since = now
@@ -113,7 +120,10 @@ class Governor:
 
     def keep(self) -> bool:
         """Set glibc to keep freed memory for reuse (mmap threshold first: either call ends
-        glibc's own adjustment); whether glibc took both."""
+        glibc's own adjustment); whether glibc took both. Not while the working set cannot
+        be read: what is kept is given back only on a reading."""
+        if self.reader.read() is None:
+            return False
         return bool(self._mallopt(M_MMAP_THRESHOLD, KEEP_MMAP)) and bool(
             self._mallopt(M_TRIM_THRESHOLD, self.watch.keep)
         )
@@ -192,7 +202,7 @@ def start(watch: Watch) -> str | None:
         return "malloc_trim not found: malloc left alone"
     kept = governor.keep()
     _run(governor)
-    said = "" if kept else " (glibc refused the thresholds that keep freed memory: its own kept)"
+    said = "" if kept else " (freed memory not kept: the working set unread, or glibc refused)"
     return f"memory governor started, reading {governor.reader.source}{said}"
 
 
