@@ -74,10 +74,25 @@ def image_exists(tag: str) -> bool:
 
 @contextlib.contextmanager
 def build_lock() -> Iterator[None]:
-    """Serialise image builds across processes (pytest-xdist workers, a benchmark)."""
+    """Serialise image builds across processes (pytest-xdist workers, a benchmark). A
+    process that must wait says so on the terminal at once and each minute after (a
+    pytest worker's own stderr is captured; the process's original one is the terminal's)."""
     CACHE.mkdir(parents=True, exist_ok=True)
     with open(CACHE / "build.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        started = time.monotonic()
+        said = None
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waited = time.monotonic() - started
+                if said is None or waited - said >= 60:
+                    said = waited
+                    print(f"[images] waiting {waited:.0f} s for an image build in another "
+                          f"process (its log: {CACHE / 'prebuild.log'})",
+                          file=sys.__stderr__ or sys.stderr, flush=True)  # fmt: skip
+                time.sleep(1)
         try:
             yield
         finally:
