@@ -136,18 +136,22 @@ def test_tensorflows_line_says_what_was_set() -> None:
 # plentiful, or glibc's own once raised) the second stays in the heap for the next step:
 # none of it given back. Once the governor holds (the working set past its level), it is
 # unmapped as it is freed.
+# glibc's malloc and free, called directly: the start of each script below.
+LIBC = """
+import ctypes
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = (ctypes.c_size_t,)
+libc.free.argtypes = (ctypes.c_void_p,)
+"""
 KEPT = """
-import ctypes, os, sys, time
+import os, sys, time
 import {module}
 from tfboot.executor import governor
 deadline = time.monotonic() + 10
 while {short} and not (governor.current() and governor.current().holds):
     assert time.monotonic() < deadline, "the governor never held"
     time.sleep(0.01)
-libc = ctypes.CDLL(None)
-libc.malloc.restype = ctypes.c_void_p
-libc.malloc.argtypes = (ctypes.c_size_t,)
-libc.free.argtypes = (ctypes.c_void_p,)
 size = 8 << 20
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -173,7 +177,7 @@ print((in_use - rss()) >> 20)
 def test_a_freed_block_goes_back_only_when_memory_is_short(
     module: str, env: dict[str, str], kept: bool
 ) -> None:
-    code = KEPT.format(module=module, short=not kept)
+    code = LIBC + KEPT.format(module=module, short=not kept)
     result = run_python(code, {**env, "TFBOOT_LOG": "quiet"})
     assert result.returncode == 0, result.stderr
     given_back = int(result.stdout.split()[-1])
@@ -187,14 +191,10 @@ def test_a_freed_block_goes_back_only_when_memory_is_short(
 STEPS = """
 import resource
 import {module}
-libc = __import__("ctypes").CDLL(None)
-libc.malloc.restype = libc.memset.restype = __import__("ctypes").c_void_p
-libc.malloc.argtypes = (__import__("ctypes").c_size_t,)
-libc.free.argtypes = (__import__("ctypes").c_void_p,)
 def step():
     blocks = [libc.malloc(24 << 20) for _ in range(4)]
     for block in blocks:
-        __import__("ctypes").memset(block, 1, 24 << 20)
+        ctypes.memset(block, 1, 24 << 20)
     for block in reversed(blocks):
         libc.free(block)
 step(); step()
@@ -209,7 +209,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 def test_under_a_plentiful_budget_freed_memory_is_not_faulted_in_again(module: str) -> None:
     faults = {}
     for side, env in (("on", {"HOST_MEMORY_LIMIT_MB": "4096"}), ("off", {"TFBOOT_DISABLE": "1"})):
-        result = run_python(STEPS.format(module=module), {**env, "TFBOOT_LOG": "quiet"})
+        result = run_python(LIBC + STEPS.format(module=module), {**env, "TFBOOT_LOG": "quiet"})
         assert result.returncode == 0, result.stderr
         faults[side] = int(result.stdout.split()[-1])
     # glibc's default: 96 MiB faulted in again each step, about 24,500 pages (fewer where
