@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import requests
 from support import last_json
 from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
@@ -69,11 +70,13 @@ DOCTOR_CMD = ["python3", "-m", "tfboot", "doctor", "--json"]
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a finished container left behind."""
+    """What a container left behind: ``exit_code`` None where it was still running when the
+    wait ended (hung), with ``processes``, its process list then (state, kernel wait)."""
 
-    exit_code: int
+    exit_code: int | None
     stdout: str
     stderr: str
+    processes: str = ""
 
     def json(self) -> dict[str, Any]:
         """The last JSON object the command printed on stdout."""
@@ -85,7 +88,8 @@ class Outcome:
         return self
 
     def __str__(self) -> str:
-        return f"--- stdout ---\n{self.stdout[-3000:]}\n--- stderr ---\n{self.stderr[-3000:]}"
+        hung = f"--- still running; its processes ---\n{self.processes}\n" if self.processes else ""
+        return f"{hung}--- stdout ---\n{self.stdout[-3000:]}\n--- stderr ---\n{self.stderr[-3000:]}"
 
 
 def cpus(n: float) -> dict[str, int]:
@@ -102,7 +106,8 @@ def run_container(
     timeout: float = 300,
     **docker_kwargs: Any,
 ) -> Outcome:
-    """Run ``command`` in a new container of ``image`` and wait for it to exit.
+    """Run ``command`` in a new container of ``image`` and wait for it to exit, at most
+    ``timeout`` seconds (then the outcome says it hung, with its processes).
 
     ``env`` becomes ``-e`` variables (on top of ``QUIET_TF``), ``mounts`` are
     ``(host path, container path)`` read-only bind mounts, and ``docker_kwargs`` go to the
@@ -116,9 +121,17 @@ def run_container(
     if docker_kwargs:
         container.with_kwargs(**docker_kwargs)
     with container:
-        status = container.get_wrapped_container().wait(timeout=timeout)
+        running = container.get_wrapped_container()
+        try:
+            code: int | None = int(running.wait(timeout=timeout)["StatusCode"])
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout):  # timed out
+            code = None
+            top = running.top(ps_args="-o pid,ppid,stat,wchan:32,args")
+            processes = "\n".join(
+                " ".join(map(str, row)) for row in [top["Titles"], *top["Processes"]]
+            )
         stdout, stderr = container.get_logs()
-    return Outcome(int(status["StatusCode"]), stdout.decode(), stderr.decode())
+    return Outcome(code, stdout.decode(), stderr.decode(), processes if code is None else "")
 
 
 def image_site(image: str) -> str:

@@ -166,7 +166,11 @@ def _loader(plan: Plan, budget: Budget, shm: SharedMemory | None) -> None:
         plan.decisions.append(f"{shm.describe()}: DataLoader workers pass their batches "
                               "through it (checked when a loader starts)")  # fmt: skip
     quiet = budget.settings.control.log == "quiet"
-    needs = ("utils.data.dataloader._MultiProcessingDataLoaderIter", "UntypedStorage._new_shared")
+    needs = (
+        "utils.data.dataloader._MultiProcessingDataLoaderIter",
+        "UntypedStorage._new_shared",
+        "utils.data._utils.worker._worker_loop",
+    )
     args = (budget.cpu.quota, budget.cpu.quota_source, quiet)
     plan.calls.append(Patch("torch loader", args, "DataLoader workers checked", needs))
 

@@ -22,6 +22,12 @@ same arguments and returns what it returns.
   ``ENOSPC``, in the worker, PyTorch 2.13's "unable to allocate shared memory(shm)") or a
   worker dies of SIGBUS writing to it (older versions), the job's error says what was
   needed, what ``/dev/shm`` has, and how to give it more, chained to PyTorch's own.
+- Where it fails instead as the worker's queue sends a batch to the main process (a batch
+  the collate function made outside ``/dev/shm``, moved there as it is pickled, in the
+  queue's feeder thread), ``multiprocessing`` prints the error and drops the batch, and the
+  main process waits for it for ever (pytorch#1355). The worker's queue
+  (``_worker_loop``'s ``data_queue``) sends that error in the batch's place instead, as the
+  worker's own loop sends any error of a batch, so the main process raises it.
 """
 
 from __future__ import annotations
@@ -65,12 +71,14 @@ def install(torch: ModuleType, quota: float | None, quota_source: str, quiet: bo
     """Wrap the loader's workers' start, its first batch, its errors, and the workers'
     allocation of a batch in shared memory."""
     from torch.utils.data import dataloader
+    from torch.utils.data._utils import worker
 
     workers = dataloader._MultiProcessingDataLoaderIter
     replace(workers, "__init__", lambda f: _starting(f, quota, quota_source, quiet))
     replace(workers, "_process_data", lambda f: _first_batch(f, quiet))
     replace(workers, "_next_data", _bus_error)
     replace(torch.UntypedStorage, "_new_shared", _full, static=True)
+    replace(worker, "_worker_loop", _feeding)
 
 
 def _once(key: str, quiet: bool, text: str) -> None:
@@ -167,17 +175,58 @@ def _full(original: Callable[..., Any]) -> Callable[..., Any]:
     return new_shared
 
 
-def _full_text(size: int | None, workers: int, prefetch: int) -> str:
+def _feeding(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def worker_loop(*args: Any, **kwargs: Any) -> Any:
+        queue = kwargs.get("data_queue", args[3] if len(args) > 3 else None)
+        default = getattr(queue, "_on_queue_feeder_error", None)
+        if default is not None:
+            queue._on_queue_feeder_error = functools.partial(_unsent, queue, default)
+        return original(*args, **kwargs)
+
+    return worker_loop
+
+
+def _unsent(queue: Any, default: Callable[[BaseException, object], None],
+            error: BaseException, sent: object) -> None:  # fmt: skip
+    """A worker's queue could not send ``sent``, ``(index, batch)``: where ``/dev/shm`` was
+    full, the error goes in the batch's place, as the worker's loop sends any batch's error
+    (the main process raises it at that index); any other error, as ``multiprocessing``
+    has it (printed, the item dropped)."""
+    full = isinstance(error, RuntimeError) and any(text in str(error) for text in FULL)
+    if not (full and isinstance(sent, tuple) and len(sent) == 2 and isinstance(sent[0], int)):
+        default(error, sent)
+        return
+    from torch._utils import ExceptionWrapper
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    workers = info.num_workers if info is not None else _loader.get("workers", 1)
+    text = _full_text(_nbytes(sent[1]) or None, workers, _loader.get("prefetch", PREFETCH),
+                      sending=True)  # fmt: skip
+    try:
+        raise RuntimeError(text) from error
+    except RuntimeError:
+        where = f"in DataLoader worker process {info.id}" if info is not None else "in a worker"
+        queue.put((sent[0], ExceptionWrapper(where=where)))
+
+
+def _full_text(size: int | None, workers: int, prefetch: int, sending: bool = False) -> str:
     """The error for a full ``/dev/shm``: what was needed, what it has, the fix. ``size``:
-    the allocation that failed (None: a worker died of SIGBUS: twice the size, to start)."""
+    the allocation that failed (None: a worker died of SIGBUS: twice the size, to start);
+    ``sending``: a batch of ``size`` bytes could not be moved there to be sent to the main
+    process."""
     shm = read_shm()
     held = f"a DataLoader's {workers} worker(s) hold up to {workers} x prefetch_factor " \
         f"{prefetch} batches there"  # fmt: skip
+    unsent = f"a batch{f' of {_mib(size)} MiB' if size else ''} could not be sent to the " \
+        "main process"  # fmt: skip
     if size:
-        what = f"{_mib(size)} MiB more for a batch"
+        what = unsent if sending else f"{_mib(size)} MiB more for a batch"
         mib = _suggested((workers * prefetch + 2) * size)
     else:
-        what, mib = "a worker died of SIGBUS writing a batch", 2 * (shm.size_mib or ROUND_MIB)
+        what = unsent if sending else "a worker died of SIGBUS writing a batch"
+        mib = 2 * (shm.size_mib or ROUND_MIB)
     return (f"tfboot: {PATH} is full: {what}, but {shm.describe()}; {held}; give it at least "
             f"{mib} MiB: {_fix(mib)}; or use fewer workers, a lower prefetch_factor or a "
             "smaller batch")  # fmt: skip
