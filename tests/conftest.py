@@ -21,7 +21,7 @@ from support import unavailable
 
 SLOW_BY_NATURE = ("docker", "simgpu", "multiworker", "nightly", "slurm")
 # The fixtures that give a tfboot image (tests/docker/conftest.py), building it if need be.
-NEEDS_IMAGE = frozenset({"tfboot_image", "tf_image", "image_of", "any_python_image"})
+NEEDS_IMAGE = frozenset({"tfboot_image", "tf_image", "image_of", "any_python_image", "torch_image"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

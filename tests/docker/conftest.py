@@ -6,7 +6,8 @@ is the project's ``docker/Dockerfile`` built on a locally made stand-in for the 
 base image (see ``image_builds.py``), cached across runs under a content tag; builds are
 serialised by a lock, so pytest-xdist workers (and ``scripts/test.sh``'s background build)
 share them. ``tfboot_image`` is the default one (Python 3.11); ``tf_image`` runs a test on
-every Python that has TensorFlow, ``any_python_image`` on every Python an image may carry.
+every Python that has TensorFlow, ``any_python_image`` on every Python an image may carry;
+``torch_image`` is Debian's PyTorch on Python 3.14, with no TensorFlow.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ import pytest
 # The shared helpers in tests/support.py, also when only this directory is collected.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from image_builds import DEFAULT_PYTHON, REPO, STANDINS, build_standin_base, build_tfboot_image
+from image_builds import (
+    DEFAULT_PYTHON,
+    REPO,
+    STANDINS,
+    TORCH_STANDIN,
+    build_standin_base,
+    build_tfboot_image,
+)
 from support import unavailable
 
 ENSURE_DOCKER = REPO / "scripts" / "ensure-docker.sh"
@@ -58,6 +66,12 @@ def image_for(python: str) -> str:
 def tfboot_image(docker_engine: None) -> str:
     """Tag of the tfboot image built from ``docker/Dockerfile`` on the default stand-in."""
     return image_for(DEFAULT_PYTHON)
+
+
+@pytest.fixture(scope="session")
+def torch_image(docker_engine: None) -> str:
+    """The tfboot image on Debian's PyTorch (2.14) and Python 3.14 (forkserver by default)."""
+    return build_tfboot_image(build_standin_base(TORCH_STANDIN))
 
 
 @pytest.fixture(scope="session")

@@ -146,6 +146,11 @@ STANDINS = {
     "3.15": StandInRecipe("3.15", "sid", SID_PACKAGES, None, (2, 43)),
 }
 DEFAULT_PYTHON = "3.11"
+# PyTorch on Python 3.14, whose default start method is forkserver: Debian's own CPU build
+# (python3-torch, 2.14 in sid), since PyPI's 3.14 wheel is the CUDA build and needs CUDA's
+# libraries to import. Its own rootfs, no TensorFlow: the DataLoader's tests run on it.
+TORCH_STANDIN = StandInRecipe("3.14", "sid", (*SID_PACKAGES[:4], "python3-torch",
+                                             "ca-certificates"), None, (2, 43))  # fmt: skip
 
 
 def debian_mirror() -> str | None:
@@ -290,8 +295,10 @@ def build_tfboot_image(base_tag: str, tag: str | None = None) -> str:
 
 
 def build_all() -> dict[str, str]:
-    """Build (or find) every stand-in and its tfboot image; map each Python to its image."""
-    return {py: build_tfboot_image(build_standin_base(r)) for py, r in STANDINS.items()}
+    """Build (or find) every stand-in and its tfboot image; map each Python to its image
+    (``3.14-torch``: PyTorch's)."""
+    recipes = {**STANDINS, "3.14-torch": TORCH_STANDIN}
+    return {py: build_tfboot_image(build_standin_base(r)) for py, r in recipes.items()}
 
 
 def main() -> None:

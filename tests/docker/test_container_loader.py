@@ -1,12 +1,12 @@
 """PyTorch's DataLoader against ``/dev/shm`` in real containers: real workers (fork and
-forkserver, Python 3.14's default start method), Docker's own ``--shm-size`` tmpfs, a CPU
-quota and a memory limit.
+forkserver), Docker's own ``--shm-size`` tmpfs, a CPU quota and a memory limit.
 
-The one stand-in: the image carries TensorFlow only, and no registry can be reached to
-install PyTorch into it, so the test environment's site-packages is mounted read-only
-behind the image's own (tfboot and NumPy stay the image's). Each failing case runs first
-with tfboot disabled, to show the failure it turns into a message: PyTorch 2.13's own
-"unable to allocate shared memory(shm)" in the worker.
+Two PyTorches: 2.13.0+cpu on Python 3.11 (``loader_311``), whose image carries TensorFlow
+only, so the test environment's site-packages is mounted read-only behind the image's own
+(tfboot and NumPy stay the image's); and Debian's 2.14 on Python 3.14 (``loader_314``), in
+its image, run with the interpreter's default start method, forkserver. Each failing case
+runs first with tfboot disabled, to show the failure it turns into a message: PyTorch's own
+"unable to allocate shared memory(shm)" in the worker, or a hang.
 """
 
 from __future__ import annotations
@@ -25,28 +25,45 @@ TOTAL = float(sum(range(36)))  # the job's answer: the items' first elements sum
 UNWARNED = "tfboot: warning: DataLoader"
 
 
-@pytest.fixture(scope="module")
-def run_loader(tfboot_image: str):
-    path = f"{image_site(tfboot_image)}:{MOUNTED_SITE}"
-
+def _runner(image: str, path: str | None, mounts: list[tuple[Path, str]]):
     def run(args: list[str], disabled: bool = False, timeout: float = 300,
             **docker: object) -> Outcome:  # fmt: skip
-        env = {"PYTHONPATH": path, "TFBOOT_DISABLE": "1" if disabled else "0"}
-        return run_container(tfboot_image, ["python3", "/probe/loader_job.py", *args], env,
-                             mounts=[(LOADER, "/probe"), (SITE, MOUNTED_SITE)],
-                             timeout=timeout, **docker)  # fmt: skip
+        env = {"TFBOOT_DISABLE": "1" if disabled else "0", **({"PYTHONPATH": path} if path else {})}
+        return run_container(image, ["python3", "/probe/loader_job.py", *args], env,
+                             mounts=mounts, timeout=timeout, **docker)  # fmt: skip
 
     return run
 
 
-@pytest.mark.parametrize("context", ["fork", "forkserver"])
-def test_a_full_dev_shm_is_named_with_its_need_and_its_fix(run_loader, context: str) -> None:
+@pytest.fixture(scope="module")
+def loader_311(tfboot_image: str):
+    path = f"{image_site(tfboot_image)}:{MOUNTED_SITE}"
+    return _runner(tfboot_image, path, [(LOADER, "/probe"), (SITE, MOUNTED_SITE)])
+
+
+@pytest.fixture(scope="module")
+def loader_314(torch_image: str):
+    return _runner(torch_image, None, [(LOADER, "/probe")])
+
+
+# (the runner, the start method): "default" is the interpreter's, forkserver on 3.14.
+STARTS = [
+    pytest.param("loader_311", "fork", id="3.11-fork"),
+    pytest.param("loader_311", "forkserver", id="3.11-forkserver"),
+    pytest.param("loader_314", "default", id="3.14-forkserver"),
+]
+
+
+@pytest.mark.parametrize(("runner", "context"), STARTS)
+def test_a_full_dev_shm_is_named_with_its_need_and_its_fix(request, runner: str,
+                                                           context: str) -> None:  # fmt: skip
     """Batches of 30 MiB from 2 workers with prefetch_factor 2 in Docker's 64 MiB: the first
     batch arrives, the third cannot be allocated. Without tfboot, PyTorch's error, or, where
     the allocation that fails is the batch's small tensor of counts, moved to /dev/shm as
     the worker's queue sends it, a hang (seen in CI, 1 run in 15 with four at once here);
     with it, a warning at the first batch and an error naming the need, the size and the
     fix, every time."""
+    run_loader = request.getfixturevalue(runner)
     args = ["10", "3", "2", context]
     plain = run_loader(args, disabled=True, shm_size="64m", timeout=60)
     assert plain.exit_code in (1, None), plain
@@ -84,15 +101,17 @@ def test_a_full_dev_shm_is_named_with_its_need_and_its_fix(run_loader, context: 
     assert "unable to allocate shared memory(shm)" in seen.stderr  # PyTorch's own, chained
 
 
-@pytest.mark.parametrize("context", ["fork", "forkserver"])
-def test_a_batch_that_cannot_be_sent_is_an_error_not_a_hang(run_loader, context: str) -> None:
+@pytest.mark.parametrize(("runner", "context"), STARTS)
+def test_a_batch_that_cannot_be_sent_is_an_error_not_a_hang(request, runner: str,
+                                                            context: str) -> None:  # fmt: skip
     """A collate function of the program's own makes each batch a fresh tensor, which the
     worker's queue moves to /dev/shm as it sends it. When that fails, PyTorch prints the
     error in the worker and the main process waits for the batch for ever (pytorch#1355):
-    shown once, under fork, for 60 s. With tfboot the error goes in the batch's place and
-    the job ends by it."""
+    shown under fork and 3.14's forkserver, for 60 s. With tfboot the error goes in the
+    batch's place and the job ends by it."""
+    run_loader = request.getfixturevalue(runner)
     args = ["10", "3", "2", context, "own"]
-    if context == "fork":
+    if context != "forkserver":
         plain = run_loader(args, disabled=True, shm_size="64m", timeout=60)
         assert plain.exit_code is None, plain  # still waiting
         assert "python3 /probe/loader_job.py" in plain.processes, plain
@@ -112,10 +131,11 @@ def test_a_batch_that_cannot_be_sent_is_an_error_not_a_hang(run_loader, context:
     assert "unable to allocate shared memory(shm)" in seen.stderr  # PyTorch's own, chained
 
 
-def test_a_loader_that_fits_runs_as_without_tfboot(run_loader) -> None:
+@pytest.mark.parametrize(("runner", "context"), STARTS[1:])
+def test_a_loader_that_fits_runs_as_without_tfboot(request, runner: str, context: str) -> None:
     """Batches of 12 MiB: 60 MiB in flight fit Docker's 64 MiB. The job runs, unwarned about
     /dev/shm; 2 workers on a quota of 1 CPU are said, and each worker has one thread."""
-    seen = run_loader(["4", "3", "2", "forkserver"], shm_size="64m", **cpus(1))
+    seen = request.getfixturevalue(runner)(["4", "3", "2", context], shm_size="64m", **cpus(1))
     assert seen.ok().json() == {"total": TOTAL, "worker_threads": [1]}, seen
     warned = [x for x in seen.stderr.splitlines() if x.startswith(UNWARNED)]
     assert len(warned) == 1 and re.fullmatch(
@@ -124,17 +144,17 @@ def test_a_loader_that_fits_runs_as_without_tfboot(run_loader) -> None:
         r"fits it \(kept as given\)", warned[0]), seen.stderr  # fmt: skip
 
 
-def test_a_dev_shm_large_enough_says_nothing(run_loader) -> None:
-    seen = run_loader(["10", "3", "2", "fork"], shm_size="256m")
+def test_a_dev_shm_large_enough_says_nothing(loader_311) -> None:
+    seen = loader_311(["10", "3", "2", "fork"], shm_size="256m")
     assert seen.ok().json() == {"total": TOTAL, "worker_threads": [1]}, seen
     assert "/dev/shm" not in seen.stderr and UNWARNED not in seen.stderr, seen.stderr
 
 
-def test_dev_shm_counted_against_the_memory_limit_is_said(run_loader) -> None:
+def test_dev_shm_counted_against_the_memory_limit_is_said(loader_311) -> None:
     """A memory-backed /dev/shm of 2 GiB under a 1 GiB memory limit (as an emptyDir with
     medium: Memory and no sizeLimit): 750 MiB of batches in flight do not fit beside the
     job; the warning comes at the first batch, before the OOM killer."""
-    seen = run_loader(["50", "3", "2", "fork"], shm_size="2g", mem_limit="1g",
+    seen = loader_311(["50", "3", "2", "fork"], shm_size="2g", mem_limit="1g",
                       memswap_limit="1g")  # fmt: skip
     warned = [x for x in seen.stderr.splitlines() if x.startswith(UNWARNED)]
     assert len(warned) == 1, seen
