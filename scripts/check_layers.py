@@ -22,6 +22,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("contract", ("envfile", "settings", "typos")),
     ("budget", ("budget",)),
     ("adapters", ("adapters",)),
+    ("frameworks", ("frameworks",)),
     ("executor", ("executor",)),
     ("usage", ("usage",)),
     ("start-up", ("", "_startup", "_hook")),

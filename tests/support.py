@@ -155,7 +155,7 @@ def cluster_plan(mode: str, env: Mapping[str, str], plan: Any = None) -> Any:
     TensorFlow listed the plan's GPUs.
     """
     from tfboot.cluster.plan import plan_cluster
-    from tfboot.settings import resolve
+    from tfboot import resolve
 
     settings = resolve({**env, "DISTRIBUTED": mode})
     assert settings.cluster is not None
@@ -191,7 +191,7 @@ def tf_plan(
     from tfboot.adapters.tensorflow import make_plan
     from tfboot.budget import NO_LIMIT, make_budget
     from tfboot.node.cpu import CpuBudget
-    from tfboot.settings import resolve
+    from tfboot import resolve
 
     cpu = CpuBudget(affinity=8, quota=None, quota_source="") if cpu is None else cpu
     settings = resolve(env) if settings is None else settings

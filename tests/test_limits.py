@@ -94,16 +94,25 @@ def test_cluster_numbers_of_any_size_are_config_errors(env: dict[str, str]) -> N
 
 
 def test_every_framework_that_reads_a_gpu_cap_declares_its_headroom() -> None:
-    """A framework added without a headroom row fails here, instead of being given
-    TensorFlow's figure (a made-up one is refused by name)."""
+    """A framework added without a headroom fails here, instead of being given TensorFlow's
+    figure; the catalogue lists every adapter the start-up table names; and a made-up
+    framework that reads a cap and declares none is refused by name."""
     import importlib
+    from types import SimpleNamespace
 
     from tfboot import ADAPTERS
-    from tfboot.node.headroom import BASE, headroom
+    from tfboot.budget.caps import settings_for
+    from tfboot.frameworks import ADAPTERS as CATALOGUE
+    from tfboot.frameworks import HEADROOMS
 
     for name in set(ADAPTERS.values()):
         adapter = importlib.import_module(f"tfboot.adapters.{name}")
+        assert CATALOGUE[adapter.MODULE] is adapter
         if adapter.READS is None or "MEMORY_LIMIT_MB" in adapter.READS:
-            assert adapter.MODULE in BASE, f"{adapter.MODULE} reads MEMORY_LIMIT_MB, no headroom"
-    with pytest.raises(KeyError, match="no GPU headroom declared for 'mxnet'"):
-        headroom("mxnet")
+            assert adapter.MODULE in HEADROOMS, (
+                f"{adapter.MODULE} reads MEMORY_LIMIT_MB, no headroom"
+            )
+    assert len(CATALOGUE) == len(set(ADAPTERS.values()))
+    made_up = SimpleNamespace(READS=None, MIRRORS={}, HEADROOM=None, NAME="MXNet")
+    with pytest.raises(KeyError, match="no GPU headroom declared for MXNet"):
+        settings_for(made_up, {"MEMORY_LIMIT_MB": "auto", "CUDA_DEVICE_MEMORY_LIMIT": "8g"})

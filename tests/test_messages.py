@@ -17,7 +17,8 @@ import pytest
 from support import run_module
 from tfboot import ConfigError
 from tfboot.cli import main
-from tfboot.settings import FILE_NAMES, resolve
+from tfboot import resolve
+from tfboot.settings import FILE_NAMES
 
 SECRET = "AKIAZ7SECRETPLANTED42"
 UNRELATED = {"AWS_SECRET_ACCESS_KEY": SECRET, "PLANTED": SECRET}

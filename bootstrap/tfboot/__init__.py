@@ -31,7 +31,7 @@ ADAPTERS = {
 _LAZY = {
     "ConfigError": "errors",
     "Settings": "settings",
-    "resolve": "settings",
+    "resolve": "frameworks",
     "apply": "executor",
     "last_result": "executor",
     "uninstall": "_startup",

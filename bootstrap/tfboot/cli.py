@@ -57,8 +57,8 @@ def _launches(settings: Any, env: dict[str, str], present: list[str],
     import's error, ``refused``)."""
     if settings.cluster is None:
         return {}
+    from .budget.roles import NAMES
     from .cluster.plan import plan_launch
-    from .node.headroom import NAMES
     from .node.versions import installed
 
     found: dict[str, Any] = {}
@@ -95,7 +95,7 @@ def _refused(env: Mapping[str, str], present: list[str]) -> dict[str, ConfigErro
 
 def _present() -> list[str]:
     """The frameworks installed here, by module name."""
-    from .node.headroom import NAMES
+    from .budget.roles import NAMES
     from .node.versions import TENSORFLOW, installed
 
     return [m for m in NAMES if installed(m, TENSORFLOW if m == "tensorflow" else ())]
@@ -103,11 +103,12 @@ def _present() -> list[str]:
 
 def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
     from .budget.hostmemory import for_tensorflow, host_memory
+    from .frameworks import settings_of
     from .node.cpu import cpu_budget
     from .node.hostmem import MemoryBudget, memory_budget
-    from .settings import CONTRACT, CONTROL, resolve
+    from .settings import CONTRACT, CONTROL
 
-    settings = resolve(env)
+    settings = settings_of("tensorflow", env)  # every variable, as TensorFlow reads them
     cluster = _cluster(settings, env)
     table = {}
     for variable in CONTRACT + CONTROL:
@@ -130,18 +131,21 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
     budget = cpu_budget(env)
     memory = (memory_budget(env, working=True) if settings.host_memory == "auto"
               else MemoryBudget(None, ""))  # fmt: skip
+    from .budget.caps import headroom as headroom_of
     from .budget.malloc import release
+    from .frameworks import ADAPTERS
     from .node.allocator import read_allocator
-    from .node.headroom import NAMES
     from .node.versions import TENSORFLOW, installed
-    from .settings import framework_headroom
 
     version = installed("tensorflow", TENSORFLOW)  # what the installed TensorFlow can take
     found = for_tensorflow(host_memory(settings, budget, memory), version)
     malloc = release(settings, found, read_allocator(env), memory.source)
     present = _present()
     refused = _refused(env, present)
-    headroom = {NAMES[m]: framework_headroom(m, env, settings) for m in present}
+    headroom = {
+        ADAPTERS[m].NAME: headroom_of(settings, env, ADAPTERS[m].HEADROOM, ADAPTERS[m].NAME)
+        for m in present
+    }
     return {
         "settings": table,
         "cpu": {
@@ -295,13 +299,13 @@ def _run_time(settings: Any, env: dict[str, str]) -> tuple[list[dict[str, str]],
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .settings import resolve
+    from .frameworks import settings_of
     from .typos import misspelled
 
     env = _environment(args.env_file)
     why = _not_started(args.json)
     try:
-        settings = resolve(env)
+        settings = settings_of("tensorflow", env)
         tasks, later = _run_time(settings, env)
         clusters = [_cluster(settings, task) for task in tasks]
     except ConfigError as exc:

@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING, Any
 from .cluster import MODES, NAMES
 from .errors import ConfigError, Problem, bounded
 from .node.deviceplugin import PluginLimit, auto_without_share, read_plugin_limit
-from .node.headroom import NAMES as FRAMEWORKS
-from .node.headroom import VARIABLE as HEADROOM
-from .node.headroom import Headroom, headroom, several_gpus
 from .provenance import user_value
 from .values import digits, hide_credentials, nonblank, positive, shorten
+
+HEADROOM = "MEMORY_HEADROOM_MB"  # what a framework keeps free below a GPU share (budget.caps)
 
 BOOL_WORDS = {"true": True, "1": True, "yes": True, "on": True,
               "false": False, "0": False, "no": False, "off": False}  # fmt: skip
@@ -302,8 +301,10 @@ class Settings:
     cpu_threads: CpuThreads = "auto"
     host_memory: str | int = "auto"  # "auto", "host" or MiB
     host_memory_release: bool = True  # glibc's malloc returns freed memory under a limit
-    # What MEMORY_LIMIT_MB=auto kept free below the device plugin's share; None: no share.
-    headroom: Headroom | None = None
+    # The share a device plugin gave, read under MEMORY_LIMIT_MB=auto (a fact: the caps
+    # below it are each framework's, ``budget.caps``); None: no share, or a number given.
+    share: PluginLimit | None = None
+    memory_headroom_mb: int | None = None  # MEMORY_HEADROOM_MB; None: the framework's own
     soft_placement: bool | None = None
     log_device_placement: bool | None = None
     xla_jit: bool | None = None
@@ -412,15 +413,19 @@ def _control(env: Mapping[str, str], problems: list[Problem]) -> Control:
 def resolve(
     env: Mapping[str, str] | None = None,
     names: Collection[str] | None = None,
-    framework: str = "tensorflow",
+    mirrors: Mapping[str, str] | None = None,
 ) -> Settings:
     """Validate the contract in one pass; raise one ``ConfigError`` listing every problem.
 
     ``names``: the contract variables to read, None for all (JAX and PyTorch read those
     they apply or refuse; the others keep their defaults and are not checked);
-    ``framework``: the module whose headroom ``MEMORY_LIMIT_MB=auto`` keeps. The
-    ``TFBOOT_ENV_FILE`` file is read once; with every variable read and ``DISTRIBUTED``
-    other than ``off`` the cluster variables are parsed too (``Settings.cluster``).
+    ``mirrors``: contract variable -> the framework's own variable for the same setting
+    (TensorFlow's ``TF_FORCE_GPU_ALLOW_GROWTH`` for ``MEMORY_GROWTH``): a user's value of it
+    that contradicts the contract's is a problem. ``MEMORY_LIMIT_MB=auto`` reads the device
+    plugin's share as a fact (``Settings.share``); each framework's cap below it is the
+    budget's (``budget.caps``). The ``TFBOOT_ENV_FILE`` file is read once; with every
+    variable read and ``DISTRIBUTED`` other than ``off`` the cluster variables are parsed
+    too (``Settings.cluster``).
     """
     env = os.environ if env is None else env
     problems: list[Problem] = []
@@ -452,37 +457,28 @@ def resolve(
             cluster = read_cluster(layered.values, layered.parse)
         except ConfigError as exc:
             problems += exc.problems
-    per_gpu: dict[int, int] = {}
-    room = None
+    share = None
     if values.get("MEMORY_LIMIT_MB") == "auto":
         before = len(problems)
-        limit = read_plugin_limit(env, problems)
+        share = read_plugin_limit(env, problems)
         values["MEMORY_LIMIT_MB"] = None
-        if limit is not None:
-            room = _headroom(framework, env, values, given, len(limit.per_gpu), cluster)
-            values["MEMORY_LIMIT_MB"], per_gpu = _caps(limit, room, framework, problems)
-            how = "enforced" if limit.enforced else "advisory"
-            source = (
-                f"{limit.source} ({how}) minus {room.shown(FRAMEWORKS.get(framework, framework))}"
-            )
-            given["MEMORY_LIMIT_MB"] = (given["MEMORY_LIMIT_MB"][0], source)
-        elif len(problems) == before:  # else a plugin variable is invalid, and says so
+        if share is None and len(problems) == before:  # else a plugin variable says so
             missing, hint = auto_without_share(env)
             problems.append(Problem("MEMORY_LIMIT_MB", given["MEMORY_LIMIT_MB"][0], missing, hint))
 
-    problems += _cross_checks(env, values, per_gpu, given, tensorflow=names is None)
+    problems += _cross_checks(env, values, given, mirrors or {})
     if problems:
         raise ConfigError(problems)
     return Settings(
         visible_gpu=values["VISIBLE_GPU"],
         memory_limit_mb=values["MEMORY_LIMIT_MB"],
-        memory_limit_per_gpu=per_gpu,
         virtual_split=values["VIRTUAL_SPLIT"],
         memory_growth=values["MEMORY_GROWTH"],
         cpu_threads=values["CPU_THREADS"],
         host_memory=values["HOST_MEMORY_LIMIT_MB"],
         host_memory_release=values["HOST_MEMORY_RELEASE"],
-        headroom=room,
+        share=share,
+        memory_headroom_mb=values[HEADROOM],
         soft_placement=values["SOFT_PLACEMENT"],
         log_device_placement=values["LOG_DEVICE_PLACEMENT"],
         xla_jit=values["XLA_JIT"],
@@ -496,115 +492,53 @@ def resolve(
     )
 
 
-def _headroom(
-    framework: str,
-    env: Mapping[str, str],
-    values: Mapping[str, Any],
-    given: Mapping[str, tuple[str, str]],
-    shares: int = 0,
-    cluster: ClusterSettings | None = None,
-) -> Headroom:
-    """What ``framework`` keeps free below a share: ``MEMORY_HEADROOM_MB``, else its own
-    figure, with NCCL's where NCCL will run (a cluster an engine forms, or several GPUs
-    visible; ``shares``: the GPUs a share names one by one)."""
-    if isinstance(values.get(HEADROOM), int):
-        return headroom(framework, given=(values[HEADROOM], f"{HEADROOM}={given[HEADROOM][0]}"))
-    visible = values.get("VISIBLE_GPU")
-    nccl = _group(values.get("DISTRIBUTED", "off"), cluster, env)
-    if not nccl and (visible is None or len(visible) > 1) and several_gpus(env, shares):
-        nccl = "several GPUs visible"
-    return headroom(framework, nccl)
-
-
-def _group(mode: str, cluster: ClusterSettings | None, env: Mapping[str, str]) -> str:
-    """Why a group of processes will form here ("": none will): the engine ``DISTRIBUTED``
-    finds, unless it finds none (a single node, a Slurm batch script outside srun)."""
-    if mode == "off" or cluster is None:
-        return ""
-    from .cluster.engines import detect, outside_step
-
-    engine = detect(mode, cluster, env)
-    if engine == "single" or (engine == "slurm" and outside_step(env)):
-        return ""
-    return f"DISTRIBUTED={mode}" if mode == engine else f"DISTRIBUTED={mode} found {engine}"
-
-
-def framework_headroom(framework: str, env: Mapping[str, str], settings: Settings) -> Headroom:
-    """The headroom ``framework`` keeps below a share in this environment (``tfboot show``)."""
-    values = {
-        HEADROOM: parse_variable(env, HEADROOM) if HEADROOM in settings.given else None,
-        "VISIBLE_GPU": settings.visible_gpu,
-        "DISTRIBUTED": settings.distributed,
-    }
-    return _headroom(framework, env, values, settings.given, len(settings.memory_limit_per_gpu),
-                     settings.cluster)  # fmt: skip
-
-
-def _caps(
-    limit: PluginLimit, room: Headroom, framework: str, problems: list[Problem]
-) -> tuple[int | None, dict[int, int]]:
-    """The caps a share leaves the framework's pool: the share minus the headroom. A share
-    at or below the headroom is a problem naming both."""
-    name = FRAMEWORKS.get(framework, framework)
-
-    def cap(share: int | None, where: str) -> int | None:
-        if share is None or share > room.mib:
-            return None if share is None else share - room.mib
-        problems.append(
+def split_problems(split: Split, caps: Collection[int | None]) -> list[Problem]:
+    """``VIRTUAL_SPLIT`` against the smallest of ``caps`` (None: no cap there)."""
+    known = [c for c in caps if isinstance(c, int)]
+    if not known:
+        return []
+    if isinstance(split, tuple) and sum(split) > min(known):
+        return [
             Problem(
-                "MEMORY_LIMIT_MB",
-                "auto",
-                f"the share of {share} MiB{where} ({limit.source}) is at or below "
-                f"{room.shown(name)}: nothing would be left for {name}'s pool",
-                f"ask for a larger share, set {HEADROOM} lower, or set MEMORY_LIMIT_MB to a number",
+                "VIRTUAL_SPLIT",
+                ",".join(map(str, split)),
+                f"the sizes add up to {sum(split)} MiB, more than the cap of {min(known)} MiB "
+                "(MEMORY_LIMIT_MB)",
+                "make the sizes fit the cap, or raise MEMORY_LIMIT_MB",
             )
-        )
-        return None
-
-    per_gpu = {i: cap(share, f" for GPU {i}") for i, share in sorted(limit.per_gpu.items())}
-    return cap(limit.default, ""), {i: c for i, c in per_gpu.items() if c is not None}
+        ]
+    if isinstance(split, int) and min(known) < split:
+        return [
+            Problem(
+                "VIRTUAL_SPLIT",
+                str(split),
+                f"{split} logical GPUs cannot share a cap of {min(known)} MiB",
+            )
+        ]
+    return []
 
 
 def _cross_checks(
     env: Mapping[str, str],
     values: dict[str, Any],
-    per_gpu: dict[int, int],
     given: dict[str, tuple[str, str]],
-    tensorflow: bool,
+    mirrors: Mapping[str, str],
 ) -> list[Problem]:
-    """Checks between variables that need no device list; with ``tensorflow``, against the
-    variable TensorFlow reads (the other frameworks never read it)."""
-    problems: list[Problem] = []
-    split = values.get("VIRTUAL_SPLIT")
-    caps = [c for c in [values.get("MEMORY_LIMIT_MB"), *per_gpu.values()] if isinstance(c, int)]
-    if isinstance(split, tuple) and caps and sum(split) > min(caps):
-        problems.append(
-            Problem(
-                "VIRTUAL_SPLIT",
-                ",".join(map(str, split)),
-                f"the sizes add up to {sum(split)} MiB, more than the cap of {min(caps)} MiB "
-                "(MEMORY_LIMIT_MB)",
-                "make the sizes fit the cap, or raise MEMORY_LIMIT_MB",
+    """Checks between variables that need no device list: ``VIRTUAL_SPLIT`` against a cap
+    given as a number, and each contract variable against the user's value of the
+    framework's own variable that ``mirrors`` it (blank is unset, as the framework reads
+    it; a value tfboot or a framework wrote is not the user's)."""
+    problems = split_problems(values["VIRTUAL_SPLIT"], [values.get("MEMORY_LIMIT_MB")])
+    for name, theirs in mirrors.items():
+        value = values.get(name)
+        forced = user_value(env, theirs)
+        if value is not None and forced is not None and forced != str(value).lower():
+            problems.append(
+                Problem(
+                    name,
+                    given[name][0],
+                    f"it contradicts {theirs}={shorten(forced)}",
+                    "set only one of them",
+                )
             )
-        )
-    if isinstance(split, int) and caps and min(caps) < split:
-        problems.append(
-            Problem(
-                "VIRTUAL_SPLIT",
-                str(split),
-                f"{split} logical GPUs cannot share a cap of {min(caps)} MiB",
-            )
-        )
-    growth = values.get("MEMORY_GROWTH")
-    # Blank is unset, as TensorFlow reads it; a value tfboot or Keras wrote is not the user's.
-    forced = user_value(env, "TF_FORCE_GPU_ALLOW_GROWTH") if tensorflow else None
-    if growth is not None and forced is not None and forced != str(growth).lower():
-        problems.append(
-            Problem(
-                "MEMORY_GROWTH",
-                given["MEMORY_GROWTH"][0],
-                f"it contradicts TF_FORCE_GPU_ALLOW_GROWTH={shorten(forced)}",
-                "set only one of them",
-            )
-        )
     return problems

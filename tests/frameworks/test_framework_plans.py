@@ -9,7 +9,7 @@ from tfboot.adapters import Patch, Plan
 from tfboot.adapters import jax as jax_adapter
 from tfboot.adapters.jax import fraction_text, plan_jax
 from tfboot.adapters.torch import plan_torch
-from tfboot.budget import FRAMEWORK_READS, NO_LIMIT, Budget, make_budget
+from tfboot.budget import NO_LIMIT, Budget, make_budget
 from tfboot.budget.roles import ALONG, RUNS_MODEL, Role
 from tfboot.node.cpu import CpuBudget
 from tfboot.node.cuda import cuda_devices
@@ -24,7 +24,7 @@ H100 = 80 * GIB  # NVML's total for an 80 GB H100 is a little less; any size wil
 
 
 def budget(env: dict[str, str], role: Role, cpu: CpuBudget, framework: str) -> Budget:
-    return make_budget(resolve(env, FRAMEWORK_READS, framework), env, role, cpu, NO_LIMIT)
+    return make_budget(resolve(env, framework), env, role, cpu, NO_LIMIT)
 
 
 def jax(env: dict[str, str], gpus: int = 0, role: Role = MODEL, cpu: CpuBudget = NO_QUOTA):
@@ -222,7 +222,7 @@ class TestTorch:
         }
         # GPU 1's cap (HAMi's share less PyTorch's headroom; one GPU visible, so no NCCL)
         # becomes cuda:0's, as CUDA renumbers.
-        cap = resolve(env, FRAMEWORK_READS, "torch").caps_mb(1)
+        cap = resolve(env, "torch").caps_mb(1)
         assert caps(torch(env, gpus=2)) == {0: cap} == {0: 3072 - 1024}
 
     def test_growth_true_is_what_pytorch_does(self) -> None:

@@ -24,7 +24,7 @@ from support import free_ports, matrix_python, scenario_env, unavailable
 from tfboot.adapters.jax import plan_jax
 from tfboot.budget import make_budget
 from tfboot.node.versions import installed, parse
-from tfboot.settings import resolve
+from tfboot import resolve
 
 pytestmark = pytest.mark.tf  # real frameworks in subprocesses
 GIB = 1 << 30

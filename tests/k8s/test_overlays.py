@@ -24,9 +24,9 @@ from kustomize import (
     render_text,
     set_literal,
 )
+from tfboot import resolve
+from tfboot.frameworks import HEADROOMS
 from tfboot.manifests import Report, check_text, container_env, gpu_grant
-from tfboot.node.headroom import headroom
-from tfboot.settings import resolve
 
 pytestmark = pytest.mark.k8s
 
@@ -187,7 +187,7 @@ def test_gpushare_literal_sets_share_and_the_cap_follows(kubectl: str, tmp_path:
     grant = gpu_grant(limits)
     assert grant.plugin_env == {"ALIYUN_COM_GPU_MEM_CONTAINER": "4"}
     plain = {k: v for k, v in env_of(container).items() if isinstance(v, str)}
-    cap = 4096 - headroom("tensorflow").mib
+    cap = 4096 - HEADROOMS["tensorflow"].mib
     assert resolve({**plain, **grant.plugin_env}).memory_limit_mb == cap == 2560
     assert check(text).findings == []
 

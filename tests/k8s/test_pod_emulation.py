@@ -22,8 +22,9 @@ import pytest
 from container_runs import DOCTOR_CMD, QUIET_TF, Outcome
 from kustomize import OVERLAYS, copy_k8s, documents, render_text, set_literal
 from testcontainers.core.container import DockerContainer
+from tfboot.budget.caps import with_nccl
+from tfboot.frameworks import HEADROOMS
 from tfboot.manifests import gpu_grant, quantity
-from tfboot.node.headroom import headroom
 
 pytestmark = [pytest.mark.docker, pytest.mark.k8s]
 
@@ -127,7 +128,7 @@ def expected_cap(run: PodRun) -> int | None:
     grant = gpu_grant(run.limits)
     assert grant.share_mib is not None, "auto needs a share"
     nccl = "several GPUs" if grant.count > 1 else ""
-    return grant.share_mib - headroom("tensorflow", nccl).mib
+    return grant.share_mib - with_nccl(HEADROOMS["tensorflow"], nccl).mib
 
 
 def expect_doctor(run: PodRun, outcome: Outcome) -> None:

@@ -21,6 +21,8 @@ OLDEST = {MODULE: (2, 12), "tf_keras": (2, 15)}  # Keras 2 as TensorFlow 2.12 bu
 DISTRIBUTIONS = ()
 READS = frozenset({"MIXED_PRECISION"})
 PREFIX = "keras."
+HEADROOM = None  # it reads no GPU cap: the backend's
+MIRRORS: dict[str, str] = {}
 STAGES = ("after",)
 WRITES = ()  # Keras gets calls only
 # What Keras sets itself while it imports, that tfboot reads as a user's setting elsewhere:

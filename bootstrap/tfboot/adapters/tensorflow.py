@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..budget import Budget
+from ..budget.caps import Headroom
 from ..budget.gpus import cpu_split, gpu_required, mig_warning, split_sizes, unused_on_cpu
 from ..budget.hostmemory import for_tensorflow, share_of
 from ..budget.roles import LOADER, NAMES, Role, tensorflow_role
@@ -39,6 +40,12 @@ SETS = ()  # it sets none of the variables tfboot reads as a user's while it imp
 INTRA_ENV = "TF_NUM_INTRAOP_THREADS"
 INTER_ENV = "TF_NUM_INTEROP_THREADS"
 GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
+# What TensorFlow holds on a GPU outside its pool, kept free below a share (budget.caps): its
+# own rule where it sizes its pool, 1536 MiB on compute capability 8.0 and later
+# (MinSystemMemory, tensorflow/core/common_runtime/gpu/gpu_device.cc; 1050 MiB on 7.x),
+# which any memory_limit bypasses.
+HEADROOM = Headroom(1536, "TensorFlow's own reserve beside its pool on compute capability 8.0+")
+MIRRORS = {"MEMORY_GROWTH": GROWTH_ENV}  # TensorFlow's own variable for the same setting
 # What tfboot may write for TensorFlow; a parent's inherited value it does not plan is put back.
 WRITES = (GROWTH_ENV, PINNED_ENV, "XLA_FLAGS")
 DATA_HOOK = "_apply_debug_options"  # the Dataset method every consumer of a dataset calls

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..node.headroom import NAMES
-
+# The frameworks a budget is planned for, by module name, as messages name them.
+NAMES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
 MODEL, ALONG, LOADER = "model", "came along", "loader"
 
 

@@ -19,11 +19,12 @@ from typing import Any
 
 from ..adapters import Call, Item, New, Patch, Peak, Plan
 from ..budget import Budget, make_budget
+from ..budget.caps import settings_for
 from ..budget.roles import RUNS_MODEL, Role
 from ..errors import ConfigError
 from ..node.kerasconfig import keras_backend
 from ..node.versions import installed, shown
-from ..settings import DISABLE, LOG, ON_ERROR, disabled, read_control, resolve
+from ..settings import DISABLE, LOG, ON_ERROR, disabled, read_control
 from .environ import inherited, note_writes, restore, setenv
 from .patches import PATCHES
 from .result import Result, emit, log
@@ -205,7 +206,7 @@ def refused_at_import(adapter: Any, env: Mapping[str, str]) -> ConfigError | Non
     (``tfboot check`` and ``show``). Nothing is imported, written or applied."""
     stage = adapter.STAGES[0]
     try:
-        budget = make_budget(resolve(env, adapter.READS, adapter.MODULE), env)
+        budget = make_budget(settings_for(adapter, env), env)
         if stage == "before":
             adapter.plan(stage, budget, adapter.facts(stage, budget, Reader(None))).check()
     except ConfigError as exc:
@@ -229,7 +230,7 @@ def _budget(adapter: Any, name: str, env: Mapping[str, str], role: Role) -> Budg
     checked = _checked.pop(name, None)
     if checked is not None and checked[0] == env:
         return checked[1]
-    return make_budget(resolve(env, adapter.READS, adapter.MODULE), env, role)
+    return make_budget(settings_for(adapter, env), env, role)
 
 
 def _merge(

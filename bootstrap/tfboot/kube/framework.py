@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..node.headroom import NAMES
+from ..budget.roles import NAMES
 
 BACKENDS = {"jax": "jax", "torch": "torch", "pytorch": "torch", "tensorflow": "tensorflow"}
 TORCHRUN = ("torchrun", "torch.distributed.run", "torch.distributed.launch")

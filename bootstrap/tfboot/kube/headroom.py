@@ -2,7 +2,7 @@
 
 Offline, the framework a container will run is read from its spec where the spec says
 (``kube.framework``): the headroom is then that framework's. Where it does not, a cap the
-checker advises keeps TensorFlow's headroom, the largest (``node.headroom.BASE``), so it is
+checker advises keeps TensorFlow's headroom, the largest (its adapter's ``HEADROOM``), so it is
 safe for any framework, and the messages say so and what PyTorch and JAX need; the
 no-headroom warning fires only below the smallest headroom any framework needs. NCCL's
 share is added where NCCL will run: several GPUs granted, or ``DISTRIBUTED`` other than
@@ -16,9 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..budget.caps import Headroom, with_nccl
+from ..budget.roles import NAMES
 from ..cluster import MODES
 from ..errors import ConfigError
-from ..node.headroom import BASE, NAMES, VARIABLE, Headroom, headroom
+from ..frameworks import HEADROOMS
+from ..settings import HEADROOM as VARIABLE
 from ..settings import parse_variable
 from .framework import framework_of, judged
 
@@ -82,8 +85,8 @@ def _given(env: Mapping[str, str]) -> tuple[int, str] | None:
 def _rooms(nccl: str) -> tuple[tuple[str, int], ...]:
     """Each framework's default headroom, frameworks of one figure named together."""
     by_mib: dict[int, list[str]] = {}
-    for module in (ADVISED, *(m for m in BASE if m != ADVISED)):
-        by_mib.setdefault(headroom(module, nccl).mib, []).append(NAMES[module])
+    for module in (ADVISED, *(m for m in HEADROOMS if m != ADVISED)):
+        by_mib.setdefault(with_nccl(HEADROOMS[module], nccl).mib, []).append(NAMES[module])
     return tuple((" and ".join(names), mib) for mib, names in by_mib.items())
 
 
@@ -92,11 +95,11 @@ def advice(env: Mapping[str, str], gpus: int, spec: Mapping[str, Any] | None = N
     for the framework its ``spec`` names (``kube.framework``), else TensorFlow's."""
     given = _given(env)
     if given is not None:
-        return Advice(headroom(ADVISED, given=given), (("every framework", given[0]),), True)
+        return Advice(Headroom(*given), (("every framework", given[0]),), True)
     nccl = nccl_reason(env, gpus)
     found = framework_of(spec or {}, env)
     if found is None:
-        return Advice(headroom(ADVISED, nccl), _rooms(nccl), judged=judged(None))
+        return Advice(with_nccl(HEADROOMS[ADVISED], nccl), _rooms(nccl), judged=judged(None))
     module = found[0]
-    room = headroom(module, nccl)
+    room = with_nccl(HEADROOMS[module], nccl)
     return Advice(room, ((NAMES[module], room.mib),), framework=module, judged=judged(found))

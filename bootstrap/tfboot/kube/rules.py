@@ -5,11 +5,10 @@ An error fails the run, a warning fails it under ``--strict``, a note never does
 
 from __future__ import annotations
 
-from ..node.headroom import BASE, NCCL_MIB
+from ..budget.caps import NCCL_MIB
+from ..frameworks import LEAST_MIB
 
 ERROR, WARNING, NOTE = "error", "warning", "note"
-# The smallest headroom any framework keeps below a share (headroom.Advice.least).
-LEAST_MIB = min(mib for mib, _why in BASE.values())
 
 RULES: dict[str, tuple[str, str]] = {
     "unreadable": (ERROR, "the input is not valid YAML or JSON"),

@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from ..budget.roles import NAMES
 from ..kube.headroom import Advice
 from ..kube.kai import CONTAINER, MEMORY, KaiShare
 from ..kube.report import Report
 from ..kube.workloads import Container
-from ..node.headroom import NAMES
-from ..node.headroom import VARIABLE as HEADROOM
+from ..settings import HEADROOM
 
 # The GPU a gpu-fraction share is shown on: 80 GiB (an A100's or H100's), in MiB.
 EXAMPLE_GIB = 80

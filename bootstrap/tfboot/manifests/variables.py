@@ -14,8 +14,9 @@ from typing import Any
 
 from ..adapters import Plan
 from ..adapters.tensorflow import make_plan
-from ..budget import FRAMEWORK_READS, NO_LIMIT, make_budget
+from ..budget import NO_LIMIT, make_budget
 from ..errors import ConfigError, Problem
+from ..frameworks import settings_of
 from ..kube.documents import quantity
 from ..kube.dracaps import container_mps_cap
 from ..kube.environment import container_env
@@ -25,10 +26,17 @@ from ..kube.report import Report
 from ..kube.workloads import Container, GpuGrant, container_grant, mounted_at
 from ..node.cpu import CpuBudget
 from ..node.deviceplugin import PLUGINS, auto_without_share
-from ..node.headroom import VARIABLE as HEADROOM
 from ..node.nccl import SHM
 from ..node.shm import size_under
-from ..settings import CONTRACT, CONTROL, DISABLE, MAX_CPU_THREADS, Settings, disabled, resolve
+from ..settings import (
+    CONTRACT,
+    CONTROL,
+    DISABLE,
+    HEADROOM,
+    MAX_CPU_THREADS,
+    Settings,
+    disabled,
+)
 from .kaishares import check_kai, kai_plan_env, report_kai_elsewhere
 
 ACCEPTED = {variable.name: variable.accepted for variable in CONTRACT + CONTROL}
@@ -133,15 +141,14 @@ def _resolve(
     """
     found = framework_of(container.spec, env)
     module = found[0] if found is not None else "tensorflow"
-    names = None if module == "tensorflow" else FRAMEWORK_READS  # as its import reads them
     try:
-        return resolve(env, names, module), env
+        return settings_of(module, env), env  # as its import reads them
     except ConfigError as exc:
         _report_problems(container, exc.problems, env, report)
         invalid = {p.variable for p in exc.problems}
     rest = {k: v for k, v in env.items() if k not in invalid}
     try:
-        return resolve(rest, names, module), rest
+        return settings_of(module, rest), rest
     except ConfigError:
         return None
 

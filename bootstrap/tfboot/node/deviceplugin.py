@@ -1,7 +1,7 @@
 """The GPU memory share a device plugin gave this container, for ``MEMORY_LIMIT_MB=auto``.
 
 Each reader returns the share itself, in MiB; the cap is the share minus the framework's
-headroom (``node.headroom``, taken in ``settings``). Enforced shares, refused below the
+headroom (``budget.caps``). Enforced shares, refused below the
 framework: HAMi's, MPS's and KAI's memory limits; when several are set, the smallest holds
 for each GPU. Advisory shares (nothing enforces them) count only when none of those is set:
 gpushare's, then KAI's portion.
@@ -40,7 +40,6 @@ from ..values import digits, quote
 from .cgroup import CgroupError
 from .cpu import cgroup_root
 from .dmem import read_gpu_memory_limit
-from .headroom import headroom_table
 from .nvml import read_inventory
 
 HAMI_ALL = "CUDA_DEVICE_MEMORY_LIMIT"
@@ -343,7 +342,7 @@ def auto_without_share(env: Mapping[str, str]) -> tuple[str, str]:
         "(MPS memory partitioning)",
         f"looked for {looked_for()}; set {MPS} to the claim's defaultPinnedDeviceMemoryLimit "
         "(such as 10G) and keep auto, or set MEMORY_LIMIT_MB to that limit in MiB minus the "
-        f"framework's headroom ({headroom_table()})",
+        "framework's headroom (`tfboot show` gives it)",
     )
 
 

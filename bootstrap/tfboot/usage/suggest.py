@@ -14,7 +14,8 @@ from the anchors platform engineers already use (docs/usage.md):
 - ``MIN_MEMORY_MIB`` 250 MiB: VPA's floor, for host and GPU memory; ``MIN_CPU`` 0.1 CPU;
 - the GPU share (``gpu_share_mib``): the cap plus the memory outside the allocator's pool
   (the CUDA context and libraries) NVML measured, with the margin; where it measured none,
-  the framework's headroom ``MEMORY_LIMIT_MB=auto`` keeps below a share (node/headroom.py).
+  the framework's headroom ``MEMORY_LIMIT_MB=auto`` keeps below a share (its adapter's
+  ``HEADROOM``).
   Where the runs were under a GPU-sharing plugin, the share also in its terms (``shares``);
 - CPU at the 95th percentile (krr's), memory at the maximum (VPA's and krr's: memory is not
   compressible);
@@ -31,7 +32,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..node.headroom import BASE, NAMES
+from ..budget.roles import NAMES
+from ..frameworks import HEADROOMS
 from .shares import in_terms, shown
 
 MARGIN = 0.15
@@ -144,8 +146,9 @@ def _headroom(records: Sequence[dict[str, Any]]) -> tuple[int, str]:
     """The largest headroom ``MEMORY_LIMIT_MB=auto`` keeps for the runs' frameworks."""
     used = {gpu.get("framework") for record in records for gpu in record.get("gpus") or []}
     seen = [module for module, name in NAMES.items() if name in used] or ["tensorflow"]
-    module = max(seen, key=lambda m: BASE[m][0])
-    return BASE[module][0], f"{NAMES[module]}'s headroom below a share ({BASE[module][1]})"
+    room = max((HEADROOMS[m] for m in seen), key=lambda room: room.mib)
+    module = next(m for m in seen if HEADROOMS[m] is room)
+    return room.mib, f"{NAMES[module]}'s headroom below a share ({room.why})"
 
 
 def _share(found: dict[str, Any], cap: int, outside: float | None,
