@@ -154,8 +154,8 @@ def cluster_plan(mode: str, env: Mapping[str, str], plan: Any = None) -> Any:
     With ``plan`` (a ``tfboot.adapters.Plan``), the local-replica check runs as after
     TensorFlow listed the plan's GPUs.
     """
-    from tfboot.cluster.plan import plan_cluster
     from tfboot import resolve
+    from tfboot.cluster.plan import plan_cluster
 
     settings = resolve({**env, "DISTRIBUTED": mode})
     assert settings.cluster is not None
@@ -188,10 +188,10 @@ def tf_plan(
 ) -> Any:
     """TensorFlow's plan for ``env`` on a host where TensorFlow lists ``gpus`` GPUs, with the
     CPU budget ``cpu`` (default: 8 CPUs, no quota) and the memory budget ``memory`` (none)."""
+    from tfboot import resolve
     from tfboot.adapters.tensorflow import make_plan
     from tfboot.budget import NO_LIMIT, make_budget
     from tfboot.node.cpu import CpuBudget
-    from tfboot import resolve
 
     cpu = CpuBudget(affinity=8, quota=None, quota_source="") if cpu is None else cpu
     settings = resolve(env) if settings is None else settings

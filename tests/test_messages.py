@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 from support import run_module
-from tfboot import ConfigError
+from tfboot import ConfigError, resolve
 from tfboot.cli import main
-from tfboot import resolve
 from tfboot.settings import FILE_NAMES
 
 SECRET = "AKIAZ7SECRETPLANTED42"

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from support import cluster_plan, problem_text, run_module, run_python, unavailable
+from tfboot import resolve
 from tfboot.cli import main
 from tfboot.errors import ConfigError
 from tfboot.node.cgroup import CgroupError, cpu_quota
-from tfboot import resolve
 
 TREES = Path(__file__).parent / "testdata" / "cgroup"
 TOKEN = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"

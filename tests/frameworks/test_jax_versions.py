@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 from support import free_ports, matrix_python, scenario_env, unavailable
+from tfboot import resolve
 from tfboot.adapters.jax import plan_jax
 from tfboot.budget import make_budget
 from tfboot.node.versions import installed, parse
-from tfboot import resolve
 
 pytestmark = pytest.mark.tf  # real frameworks in subprocesses
 GIB = 1 << 30
