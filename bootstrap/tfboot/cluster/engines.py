@@ -59,18 +59,81 @@ class Identity:
     sources: dict[str, str] = field(default_factory=dict)
 
 
+class Engine:
+    """One engine: whether it is ``present`` in a process's environment (``DISTRIBUTED=auto``
+    tries each in ``ENGINES``' order) and who this task is under it (``identify``). An
+    engine that builds ``TF_CONFIG`` from its own variables (``build``) is also a mode of
+    ``DISTRIBUTED``; adding one is a class here and its row in ``ENGINES``."""
+
+    name = ""
+
+    def present(self, cluster: ClusterSettings, env: Mapping[str, str]) -> bool:
+        raise NotImplementedError
+
+    def identify(self, cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
+        return _built(self, cluster, env)
+
+    def build(self, cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
+        """The identity from the engine's own variables, ``TF_CONFIG`` built from it."""
+        raise NotImplementedError
+
+
+class FoundTfConfig(Engine):
+    """A ``TF_CONFIG`` someone else set (TFJob, a launcher): checked, never rebuilt."""
+
+    name = "tf_config"
+
+    def present(self, cluster: ClusterSettings, env: Mapping[str, str]) -> bool:
+        return nonblank(env, VARIABLE) is not None
+
+    def identify(self, cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
+        config = check(env[VARIABLE])
+        return Identity(self.name, config, sources=dict.fromkeys(("type", "index", "hosts"),
+                                                                  VARIABLE))  # fmt: skip
+
+
+class Slurm(Engine):
+    """A task of a Slurm step (``srun``): the step's hosts and distribution, its rank."""
+
+    name = "slurm"
+
+    def present(self, cluster: ClusterSettings, env: Mapping[str, str]) -> bool:
+        return bool(nonblank(env, "SLURM_PROCID") and nonblank(env, "SLURM_STEP_NODELIST"))
+
+    def identify(self, cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
+        if outside_step(env):
+            why = f"the batch script or allocation of Slurm job {env['SLURM_JOB_ID']}, outside srun"
+            return Identity("single", sources={"single": why})
+        return _built(self, cluster, env)
+
+    def build(self, cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
+        return _slurm(cluster, env)
+
+
+class Kubernetes(Engine):
+    """A Pod of an Indexed Job or a JobSet: ``DIST_*`` and its completion index."""
+
+    name = "k8s"
+
+    def present(self, cluster: ClusterSettings, env: Mapping[str, str]) -> bool:
+        index = nonblank(env, "JOB_COMPLETION_INDEX") or "DIST_TASK_INDEX" in cluster.given
+        return bool(index and "DIST_HOSTS" in cluster.given)
+
+    def build(self, cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
+        return _k8s(cluster, env)
+
+
+# The order DISTRIBUTED=auto tries them: a TF_CONFIG given wins, then srun's, then a Pod's.
+ENGINES: tuple[Engine, ...] = (FoundTfConfig(), Slurm(), Kubernetes())
+BY_NAME = {engine.name: engine for engine in ENGINES}
+
+
 def detect(mode: str, cluster: ClusterSettings, env: Mapping[str, str]) -> str:
-    """The engine for ``DISTRIBUTED=mode``: k8s, slurm, tf_config or single."""
-    if mode in ("k8s", "slurm"):
+    """The engine for ``DISTRIBUTED=mode``: the one it names, else the first present under
+    ``auto``, else single (no cluster)."""
+    if mode in BY_NAME:
         return mode
-    if nonblank(env, VARIABLE) is not None:
-        return "tf_config"
-    if nonblank(env, "SLURM_PROCID") and nonblank(env, "SLURM_STEP_NODELIST"):
-        return "slurm"
-    index = nonblank(env, "JOB_COMPLETION_INDEX") or "DIST_TASK_INDEX" in cluster.given
-    if index and "DIST_HOSTS" in cluster.given:
-        return "k8s"
-    return "single"
+    return next((e.name for e in ENGINES if e.present(cluster, env)), "single")
 
 
 def task_of(env: Mapping[str, str], pid: int) -> str | None:
@@ -87,16 +150,8 @@ def identify(mode: str, cluster: ClusterSettings, env: Mapping[str, str],
     if task is not None:
         why = f"a child (pid {pid}) of the task's process (pid {task}), which holds its place"
         return Identity("child", sources={"single": why})
-    engine = detect(mode, cluster, env)
-    if engine == "tf_config":
-        config = check(env[VARIABLE])
-        return Identity(engine, config, sources=dict.fromkeys(("type", "index", "hosts"), VARIABLE))
-    if engine == "slurm" and outside_step(env):
-        why = f"the batch script or allocation of Slurm job {env['SLURM_JOB_ID']}, outside srun"
-        return Identity("single", sources={"single": why})
-    if engine in ("k8s", "slurm"):
-        return _built(engine, cluster, env)
-    return Identity(engine)
+    engine = BY_NAME.get(detect(mode, cluster, env))
+    return Identity("single") if engine is None else engine.identify(cluster, env)
 
 
 def outside_step(env: Mapping[str, str]) -> bool:
@@ -106,15 +161,16 @@ def outside_step(env: Mapping[str, str]) -> bool:
     )
 
 
-def _built(mode: str, cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
-    """The ``TF_CONFIG`` tfboot builds; one already set is accepted only if it is the same.
+def _built(engine: Engine, cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
+    """The ``TF_CONFIG`` ``engine`` builds; one already set is accepted only if it is the same.
 
     A child process (a subprocess, a multiprocessing worker) inherits the parent's
     ``DISTRIBUTED`` and the ``TF_CONFIG`` tfboot set there: the same, so nothing is overridden.
     """
+    mode = engine.name
     found = nonblank(env, VARIABLE)
     try:
-        identity = _k8s(cluster, env) if mode == "k8s" else _slurm(cluster, env)
+        identity = engine.build(cluster, env)
         if found is None:
             return identity
         same = check(found) == identity.config
