@@ -11,7 +11,10 @@ image nobody rebuilt would start it:
   4. the same with the image's ``PYTHONPATH`` recorded (``TFBOOT_INJECTED``, as inject's
      probe leaves it), the hook putting it back on ``sys.path`` and ``PYTHONPATH``;
   5. the image's own ``sitecustomize`` on its ``PYTHONPATH``, without and with the hook
-     chaining it: what chaining adds to an image that has one.
+     chaining it: what chaining adds to an image that has one;
+  6. the floor of any injection through ``PYTHONPATH``: an empty ``sitecustomize`` (its
+     bytecode compiled) alone in a folder first on ``PYTHONPATH``, no tfboot at all. The
+     injected row can come no closer to the installed one than this row's cost.
 
 The tree is made by ``docker/inject/build.sh --tree`` (the wheel unpacked with pip,
 bytecode that is never checked against the source). Usage: python bench/inject_startup.py
@@ -67,6 +70,12 @@ def main() -> None:
         rows.append(("injected, image PYTHONPATH recorded (+chain)",
                      instructions(twin, {**env, "PYTHONPATH": str(hook),
                                          "TFBOOT_INJECTED": "app"})))  # fmt: skip
+        empty = Path(tmp) / "empty-hook"
+        empty.mkdir()
+        (empty / "sitecustomize.py").write_text("")
+        subprocess.run([twin, "-m", "compileall", "-q", str(empty)], check=True)
+        rows.append(("floor: empty sitecustomize first on PYTHONPATH",
+                     instructions(twin, {**env, "PYTHONPATH": str(empty)})))  # fmt: skip
         own = instructions(twin, {**env, "PYTHONPATH": str(image)})
         chained = instructions(twin, {**env, "PYTHONPATH": f"{hook}:{image}"})
     base = rows[0][1]

@@ -340,12 +340,12 @@ def test_a_child_never_takes_its_parents_writes_for_its_own(
     """What a parent's JAX plan wrote, recorded, is never a contradiction in a child with
     other settings: the child's own plan decides, or fails only on its own settings."""
     from tfboot.adapters.jax import plan_jax
-    from tfboot.budget import FRAMEWORK_READS, NO_LIMIT, make_budget
+    from tfboot.budget import NO_LIMIT, make_budget
     from tfboot.provenance import RECORD, with_write
 
     cpu = CpuBudget(8, None, "")
     try:
-        budget = make_budget(resolve(parent, FRAMEWORK_READS), parent, cpu=cpu, memory=NO_LIMIT)
+        budget = make_budget(resolve(parent, "jax"), parent, cpu=cpu, memory=NO_LIMIT)
         written = plan_jax(budget, (1 << 36,) * gpus).environ
     except ConfigError:
         return
@@ -355,7 +355,7 @@ def test_a_child_never_takes_its_parents_writes_for_its_own(
         inherited[name] = value
     env = {**{k: v for k, v in inherited.items() if k not in parent}, **child}
     try:
-        budget = make_budget(resolve(env, FRAMEWORK_READS), env, cpu=cpu, memory=NO_LIMIT)
+        budget = make_budget(resolve(env, "jax"), env, cpu=cpu, memory=NO_LIMIT)
         plan_jax(budget, (1 << 36,) * gpus)
     except ConfigError as exc:
         assert not any("contradicts" in p.accepted for p in exc.problems), str(exc)

@@ -34,9 +34,7 @@ GIB = 1 << 30
 
 
 def jax_env_plan(env: dict[str, str], gpus: int = 1):  # type: ignore[no-untyped-def]
-    from tfboot.budget import FRAMEWORK_READS
-
-    budget = make_budget(resolve(env, FRAMEWORK_READS), env, cpu=CPU, memory=NO_LIMIT)
+    budget = make_budget(resolve(env, "jax"), env, cpu=CPU, memory=NO_LIMIT)
     return plan_jax(budget, (80 * GIB,) * gpus)
 
 

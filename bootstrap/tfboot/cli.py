@@ -102,10 +102,9 @@ def _present() -> list[str]:
 
 
 def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
-    from .budget.hostmemory import for_tensorflow, host_memory
+    from .budget import make_budget
+    from .budget.hostmemory import for_tensorflow
     from .frameworks import settings_of
-    from .node.cpu import cpu_budget
-    from .node.hostmem import MemoryBudget, memory_budget
     from .settings import CONTRACT, CONTROL
 
     settings = settings_of("tensorflow", env)  # every variable, as TensorFlow reads them
@@ -128,18 +127,15 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
 
         unset = {"value": None, "source": "default"}
         table.update({name: cluster["given"].get(name, unset) for name in NAMES})
-    budget = cpu_budget(env)
-    memory = (memory_budget(env, working=True) if settings.host_memory == "auto"
-              else MemoryBudget(None, ""))  # fmt: skip
     from .budget.caps import headroom as headroom_of
-    from .budget.malloc import release
     from .frameworks import ADAPTERS
-    from .node.allocator import read_allocator
     from .node.versions import TENSORFLOW, installed
 
+    planned = make_budget(settings, env)  # the node read as the import reads it
+    budget, memory = planned.cpu, planned.memory
     version = installed("tensorflow", TENSORFLOW)  # what the installed TensorFlow can take
-    found = for_tensorflow(host_memory(settings, budget, memory), version)
-    malloc = release(settings, found, read_allocator(env), memory.source)
+    found = for_tensorflow(planned.host(), version)
+    malloc = planned.release()
     present = _present()
     refused = _refused(env, present)
     headroom = {
