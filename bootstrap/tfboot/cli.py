@@ -57,19 +57,19 @@ def _launches(settings: Any, env: dict[str, str], present: list[str],
     import's error, ``refused``)."""
     if settings.cluster is None:
         return {}
-    from .budget.roles import NAMES
     from .cluster.plan import plan_launch
+    from .frameworks import ADAPTERS
     from .node.versions import installed
 
     found: dict[str, Any] = {}
-    for module in ("torch", "jax"):
-        if module in present:
-            name, version = NAMES[module], installed(module)
+    for module, adapter in ADAPTERS.items():
+        if module in present and adapter.LAUNCH is not None:
+            name, facts = adapter.NAME, {"version": installed(module)}
             try:
                 if name in refused:
                     raise refused[name]
-                made = plan_launch(name, settings.distributed, settings.cluster, env, None, version,
-                                   pid=os.getpid())  # fmt: skip
+                made = plan_launch(adapter.LAUNCH, name, settings.distributed, settings.cluster,
+                                   env, facts, pid=os.getpid())  # fmt: skip
                 found[name] = made.to_dict()
             except ConfigError as exc:
                 found[name] = {"error": str(exc)}

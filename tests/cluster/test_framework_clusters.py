@@ -50,7 +50,11 @@ def launch(framework: str, mode: str, env: dict[str, str], jax: tuple[int, ...] 
            agent: tuple[str, ...] | None = None):  # fmt: skip
     settings = resolve({**env, "DISTRIBUTED": mode}, ("DISTRIBUTED",))
     assert settings.cluster is not None
-    return plan_launch(framework, mode, settings.cluster, env, None, jax, agent)
+    from tfboot.frameworks import ADAPTERS
+
+    adapter = next(a for a in ADAPTERS.values() if framework == a.NAME)
+    facts = {"agent": agent, "visible": None, "version": jax}
+    return plan_launch(adapter.LAUNCH, framework, mode, settings.cluster, env, facts)
 
 
 def error(framework: str, mode: str, env: dict[str, str]) -> str:

@@ -34,6 +34,7 @@ from ..budget import FRAMEWORK_READS, Budget
 from ..budget.caps import Headroom
 from ..budget.gpus import cap_over_gpu, cpu_split, no_gpu
 from ..budget.roles import NAMES, Role, decide
+from ..cluster.launch import plan_jax as launch_jax
 from ..errors import ConfigError, Problem
 from ..node.cuda import cuda_devices
 from ..node.deviceplugin import partition_total
@@ -56,6 +57,7 @@ PREFIX = "jax."
 # after a Keras fit); 1024 MiB (budget.caps).
 HEADROOM = Headroom(1024, "JAX held up to 626 MiB outside its pool on an H200")
 MIRRORS: dict[str, str] = {}
+LAUNCH = launch_jax  # its values for a task of a cluster (cluster.launch)
 STAGES = ("before", "after")
 REPORTED_BY = ""  # it reports its own invalid settings
 SETS = ()  # it sets none of the variables tfboot reads as a user's while it imports
@@ -160,7 +162,9 @@ def plan_jax(budget: Budget, totals: tuple[int, ...], narrowed: bool = False,
     release_memory(plan, budget)
     plan.check()
     if settings.cluster is not None and plan.role.runs_model:
-        budget.launch(NAME, None, jax)  # raises on an invalid cluster, before JAX's code runs
+        budget.launch(
+            NAME, LAUNCH, visible=None, version=jax
+        )  # raises on an invalid cluster, before JAX's code runs
     return plan
 
 
@@ -169,7 +173,7 @@ def _launch(plan: Plan, budget: Budget, visible: tuple[int, ...] | None,
     """The cluster: Keras 3's variables, and ``jax.distributed.initialize``'s arguments."""
     if budget.settings.cluster is None or not plan.role.runs_model:
         return
-    cluster = budget.launch(NAME, visible, jax)
+    cluster = budget.launch(NAME, LAUNCH, visible=visible, version=jax)
     plan.cluster = cluster
     plan.environ.update(cluster.environ)
     plan.warnings += cluster.warnings

@@ -23,6 +23,7 @@ READS = frozenset({"MIXED_PRECISION"})
 PREFIX = "keras."
 HEADROOM = None  # it reads no GPU cap: the backend's
 MIRRORS: dict[str, str] = {}
+LAUNCH = None  # the backend forms the cluster
 STAGES = ("after",)
 WRITES = ()  # Keras gets calls only
 # What Keras sets itself while it imports, that tfboot reads as a user's setting elsewhere:

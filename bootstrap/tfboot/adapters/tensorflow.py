@@ -45,6 +45,7 @@ GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
 # (MinSystemMemory, tensorflow/core/common_runtime/gpu/gpu_device.cc; 1050 MiB on 7.x),
 # which any memory_limit bypasses.
 HEADROOM = Headroom(1536, "TensorFlow's own reserve beside its pool on compute capability 8.0+")
+LAUNCH = None  # its cluster is TF_CONFIG (budget.cluster)
 MIRRORS = {"MEMORY_GROWTH": GROWTH_ENV}  # TensorFlow's own variable for the same setting
 # What tfboot may write for TensorFlow; a parent's inherited value it does not plan is put back.
 WRITES = (GROWTH_ENV, PINNED_ENV, "XLA_FLAGS")

@@ -25,6 +25,7 @@ from ..budget import FRAMEWORK_READS, Budget
 from ..budget.caps import Headroom
 from ..budget.gpus import no_gpu
 from ..budget.roles import NAMES, Role, decide
+from ..cluster.launch import plan_torch as launch_torch
 from ..errors import ConfigError, Problem
 from ..node.cuda import CUDA_VISIBLE, cuda_devices
 from ..node.nvml import read_inventory
@@ -44,6 +45,7 @@ PREFIX = "torch."
 # and a bf16 matmul (516 MiB before); 1024 MiB keeps a third above it (budget.caps).
 HEADROOM = Headroom(1024, "PyTorch held up to 694 MiB outside its pool on an H200")
 MIRRORS: dict[str, str] = {}
+LAUNCH = launch_torch  # its values for a task of a cluster (cluster.launch)
 STAGES = ("before", "after")
 REPORTED_BY = ""  # it reports its own invalid settings
 SETS = ()  # it sets none of the variables tfboot reads as a user's while it imports
@@ -103,7 +105,7 @@ def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
         refusals(refusals_only, budget.settings)
         refusals_only.check()
         if budget.settings.cluster is not None and budget.role.runs_model:
-            budget.launch(NAME, agent=facts["agent"])  # raises before PyTorch's code runs
+            budget.launch(NAME, LAUNCH, agent=facts["agent"])  # raises before PyTorch's code runs
         return refusals_only
     made = plan_torch(budget, facts["devices"], facts["agent"], facts["shm"])
     if facts["started"]:
@@ -150,7 +152,7 @@ def plan_torch(budget: Budget, devices: list[str], agent: tuple[str, ...] | None
         plan.calls.append(_threads("set_num_interop_threads", threads.count, plan.decisions[-1]))
     release_memory(plan, budget)
     if settings.cluster is not None and plan.role.runs_model:
-        plan.cluster = budget.launch(NAME, agent=agent)
+        plan.cluster = budget.launch(NAME, LAUNCH, agent=agent)
         plan.environ.update(plan.cluster.environ)
         plan.warnings += plan.cluster.warnings
         deadline = plan.cluster.launch.deadline if plan.cluster.launch else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..node.allocator import read_allocator
 from ..node.cpu import CpuBudget, cpu_budget
@@ -26,6 +26,7 @@ from .roles import RUNS_MODEL, Role
 from .threads import Threads, thread_budget
 
 if TYPE_CHECKING:
+    from ..cluster.launch import Writer
     from ..cluster.plan import ClusterPlan
 
 NO_LIMIT = MemoryBudget(None, "")
@@ -88,21 +89,14 @@ class Budget:
             self.pid,
         )  # fmt: skip
 
-    def launch(
-        self,
-        framework: str,
-        visible: tuple[int, ...] | None = None,
-        jax: tuple[int, ...] | None = None,
-        agent: tuple[str, ...] | None = None,
-    ) -> ClusterPlan:
-        """PyTorch's or JAX's place in the cluster (``DISTRIBUTED`` must not be off)."""
+    def launch(self, framework: str, writer: Writer, **facts: Any) -> ClusterPlan:
+        """``framework``'s place in the cluster (``DISTRIBUTED`` must not be off), its values
+        from the ``writer`` its adapter chose, given the adapter's ``facts``."""
         from ..cluster.plan import plan_launch
 
         assert self.settings.cluster is not None
-        return plan_launch(
-            framework, self.settings.distributed, self.settings.cluster, self.env, visible, jax,
-            agent, self.pid,
-        )  # fmt: skip
+        return plan_launch(writer, framework, self.settings.distributed, self.settings.cluster,
+                           self.env, facts, self.pid)  # fmt: skip
 
 
 def make_budget(

@@ -35,6 +35,7 @@ from ..errors import ConfigError, Problem
 from ..provenance import user_value
 from ..values import digits, quote
 from .engines import Identity
+from .proxy import proxy_warning
 from .variables import ClusterSettings
 from .watcher import TERM_GRACE_S
 from .world import World, world_of
@@ -89,6 +90,12 @@ class Launch:
             "checked": list(self.checked),
             "launcher": self.launcher or None,
         }
+
+
+# A framework's writer, chosen by its adapter (``LAUNCH``): its values for a task of a
+# cluster, from the identity, the DIST_* settings, the environment, the mode and the
+# adapter's facts (PyTorch's: ``agent``; JAX's: ``visible``, ``version``).
+Writer = Callable[[Identity, ClusterSettings, Mapping[str, str], str, Mapping[str, Any]], Launch]
 
 
 def _given(identity: Identity, settings: ClusterSettings, mode: str) -> tuple[str, str]:
@@ -196,9 +203,10 @@ def _option(options: Sequence[str], *names: str) -> bool:
 
 
 def plan_torch(identity: Identity, settings: ClusterSettings, env: Mapping[str, str],
-               mode: str, agent: Sequence[str] | None = None) -> Launch:  # fmt: skip
-    """PyTorch's variables for ``identity`` (a task of a cluster); ``agent``: this process
-    is torchrun itself, with these options of its own (``torchrun_options``)."""
+               mode: str, facts: Mapping[str, Any]) -> Launch:  # fmt: skip
+    """PyTorch's variables for ``identity`` (a task of a cluster); ``facts["agent"]``: this
+    process is torchrun itself, with these options of its own (``torchrun_options``)."""
+    agent: Sequence[str] | None = facts.get("agent")
     world = world_of(identity, "PyTorch", _given(identity, settings, mode))
     launch = Launch("PyTorch", world)
     if settings.startup_timeout is not None and agent is None:
@@ -315,16 +323,22 @@ def _torchrun(launch: Launch, settings: ClusterSettings, env: Mapping[str, str])
 
 
 def plan_jax(identity: Identity, settings: ClusterSettings, env: Mapping[str, str], mode: str,
-             visible: tuple[int, ...] | None, jax: tuple[int, ...] | None) -> Launch:  # fmt: skip
+             facts: Mapping[str, Any]) -> Launch:  # fmt: skip
     """JAX's ``initialize`` arguments and Keras 3's variables for ``identity``.
 
-    ``visible``: the GPUs tfboot made visible to JAX (kept by ``local_device_ids``, which
-    JAX would otherwise narrow on Slurm); ``jax``: its version (None: the newest).
+    ``facts["visible"]``: the GPUs tfboot made visible to JAX (kept by ``local_device_ids``,
+    which JAX would otherwise narrow on Slurm); ``facts["version"]``: its version (None:
+    the newest). A proxy that gRPC obeys is said (its coordination service talks gRPC).
     A lost task ends the others once JAX's coordinator misses its heartbeats for
     ``DIST_TERM_GRACE`` seconds (default 5; JAX's own is 100).
     """
+    visible: tuple[int, ...] | None = facts.get("visible")
+    jax: tuple[int, ...] | None = facts.get("version")
     world = world_of(identity, "JAX", _given(identity, settings, mode))
     launch = Launch("JAX", world)
+    if identity.config is not None:
+        proxy = proxy_warning(env, identity.config.peers, "JAX's coordination service (gRPC)")
+        launch.warnings += [proxy] if proxy else []
     why = _why(identity, world)
     checks = {
         "JAX_COORDINATOR_ADDRESS": world.coordinator,

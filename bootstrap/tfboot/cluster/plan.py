@@ -5,7 +5,6 @@ Pure apart from reading package metadata (to find Keras 3 without importing it).
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,16 +12,15 @@ from typing import Any
 from ..errors import ConfigError, Problem
 from ..values import rows
 from .engines import TASK, Identity, identify
-from .launch import AGENT, Launch, plan_jax, plan_torch
+from .launch import AGENT, Launch, Writer
 from .launch import line as launch_line
+from .proxy import proxy_warning
 from .variables import ClusterSettings
 
 REPLICA_TYPES = ("chief", "worker")  # the tasks that hold MultiWorkerMirroredStrategy replicas
 # Linux's limit for one environment string (MAX_ARG_STRLEN), "TF_CONFIG=" and its NUL
 # included: a longer TF_CONFIG makes every later exec of the process fail with E2BIG.
 MAX_TF_CONFIG_BYTES = 128 * 1024 - len("TF_CONFIG=") - 1
-PROXIES = ("grpc_proxy", "https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY")
-NO_PROXIES = ("no_grpc_proxy", "no_proxy", "NO_PROXY")
 
 
 @dataclass
@@ -154,36 +152,30 @@ def plan_cluster(
                 "MultiWorkerMirroredStrategy uses one CPU replica per worker: the split adds "
                 "nothing here"
             )
-    proxy = _proxy_warning(env, config.peers, "gRPC")
+    proxy = proxy_warning(env, config.peers, "gRPC")
     cluster.warnings += [w for w in (_keras_warning(env), proxy) if w]
     return cluster
 
 
 def plan_launch(
+    writer: Writer,
     framework: str,
     mode: str,
     settings: ClusterSettings,
     env: Mapping[str, str],
-    visible: tuple[int, ...] | None = None,
-    jax: tuple[int, ...] | None = None,
-    agent: tuple[str, ...] | None = None,
+    facts: Mapping[str, Any],
     pid: int | None = None,
 ) -> ClusterPlan:
-    """PyTorch's or JAX's cluster plan for ``DISTRIBUTED=mode`` (not off): ``visible``,
-    the GPUs tfboot leaves JAX; ``jax``: its version (None: the newest); ``agent``: this
-    process is torchrun itself, with these options; ``pid``: this process (None: not known)."""
+    """``framework``'s cluster plan for ``DISTRIBUTED=mode`` (not off), its values from the
+    ``writer`` its adapter chose (``cluster.launch``), given the adapter's ``facts``;
+    ``pid``: this process (None: not known)."""
     identity = identify(mode, settings, env, pid)
     cluster = ClusterPlan(identity, settings, framework=framework, pid=pid)
     config = cluster.identity.config
     if config is None or not config.cluster:
         return cluster
-    if framework == "PyTorch":
-        cluster.launch = plan_torch(cluster.identity, settings, env, mode, agent)
-        cluster.warnings += cluster.launch.warnings
-    else:
-        cluster.launch = plan_jax(cluster.identity, settings, env, mode, visible, jax)
-        proxy = _proxy_warning(env, config.peers, "JAX's coordination service (gRPC)")
-        cluster.warnings += [proxy] if proxy else []
+    cluster.launch = writer(cluster.identity, settings, env, mode, facts)
+    cluster.warnings += cluster.launch.warnings
     return cluster
 
 
@@ -252,39 +244,4 @@ def _keras_warning(env: Mapping[str, str]) -> str | None:
         f"{why}: Keras 3 model.fit fails under MultiWorkerMirroredStrategy "
         "(keras-team/keras#20585); a custom training loop with strategy.run works, and so does "
         "tf_keras with TF_USE_LEGACY_KERAS=1"
-    )
-
-
-def _host(address: str) -> str:
-    return address.rpartition(":")[0].strip("[]")
-
-
-def _bypassed(host: str, entries: list[str]) -> bool:
-    for entry in entries:
-        if entry == "*" or host == entry or host.endswith("." + entry.lstrip(".")):
-            return True
-        if "/" in entry:
-            try:
-                if ipaddress.ip_address(host) in ipaddress.ip_network(entry, strict=False):
-                    return True
-            except ValueError:
-                continue
-    return False
-
-
-def _proxy_warning(env: Mapping[str, str], peers: list[str], who: str) -> str | None:
-    """A proxy variable gRPC obeys, not bypassed for every peer by no_proxy."""
-    proxy = next((name for name in PROXIES if env.get(name, "").strip()), None)
-    if proxy is None:
-        return None
-    entries = [
-        e.strip().lower() for n in NO_PROXIES for e in env.get(n, "").split(",") if e.strip()
-    ]
-    through = [p for p in peers if not _bypassed(_host(p).lower(), entries)]
-    if not through:
-        return None
-    return (
-        f"{proxy} is set and {who} would send the traffic to peers {', '.join(through[:4])}"
-        f"{' ...' if len(through) > 4 else ''} through it; add their hosts or domain to no_proxy, "
-        f"or unset {proxy}"
     )
