@@ -34,7 +34,6 @@ from ..budget import FRAMEWORK_READS, Budget
 from ..budget.caps import Headroom
 from ..budget.gpus import cap_over_gpu, cpu_split, no_gpu
 from ..budget.roles import NAMES, Role, decide
-from ..cluster.launch import plan_jax as launch_jax
 from ..errors import ConfigError, Problem
 from ..node.cuda import cuda_devices
 from ..node.deviceplugin import partition_total
@@ -57,7 +56,6 @@ PREFIX = "jax."
 # after a Keras fit); 1024 MiB (budget.caps).
 HEADROOM = Headroom(1024, "JAX held up to 626 MiB outside its pool on an H200")
 MIRRORS: dict[str, str] = {}
-LAUNCH = launch_jax  # its values for a task of a cluster (cluster.launch)
 STAGES = ("before", "after")
 REPORTED_BY = ""  # it reports its own invalid settings
 SETS = ()  # it sets none of the variables tfboot reads as a user's while it imports
@@ -84,6 +82,14 @@ WRITES = (VISIBLE_ENV, PLATFORMS_ENV, FRACTION_ENV, OLD_FRACTION_ENV, PREALLOCAT
 CPU_DEVICES_FROM = (0, 5, 1)
 FRACTION_FROM = (0, 4, 32)
 DECIMALS = 6
+
+
+def LAUNCH(*args: Any) -> Any:
+    """Its values for a task of a cluster (``cluster.launch.plan_jax``), loaded only where
+    ``DISTRIBUTED`` is not off (no cluster code otherwise)."""
+    from ..cluster.launch import plan_jax
+
+    return plan_jax(*args)
 
 
 def preallocates(value: str) -> bool:

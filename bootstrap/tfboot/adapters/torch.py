@@ -25,7 +25,6 @@ from ..budget import FRAMEWORK_READS, Budget
 from ..budget.caps import Headroom
 from ..budget.gpus import no_gpu
 from ..budget.roles import NAMES, Role, decide
-from ..cluster.launch import plan_torch as launch_torch
 from ..errors import ConfigError, Problem
 from ..node.cuda import CUDA_VISIBLE, cuda_devices
 from ..node.nvml import read_inventory
@@ -45,7 +44,6 @@ PREFIX = "torch."
 # and a bf16 matmul (516 MiB before); 1024 MiB keeps a third above it (budget.caps).
 HEADROOM = Headroom(1024, "PyTorch held up to 694 MiB outside its pool on an H200")
 MIRRORS: dict[str, str] = {}
-LAUNCH = launch_torch  # its values for a task of a cluster (cluster.launch)
 STAGES = ("before", "after")
 REPORTED_BY = ""  # it reports its own invalid settings
 SETS = ()  # it sets none of the variables tfboot reads as a user's while it imports
@@ -53,6 +51,14 @@ SETS = ()  # it sets none of the variables tfboot reads as a user's while it imp
 # (aten/src/ATen/ParallelCommon.cpp, PyTorch 2.13, ``intraop_default_num_threads``).
 THREAD_ENVS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 WRITES = (CUDA_VISIBLE,)
+
+
+def LAUNCH(*args: Any) -> Any:
+    """Its values for a task of a cluster (``cluster.launch.plan_torch``), loaded only where
+    ``DISTRIBUTED`` is not off (no cluster code otherwise)."""
+    from ..cluster.launch import plan_torch
+
+    return plan_torch(*args)
 
 
 def env_threads(env: Mapping[str, str]) -> tuple[str, str] | None:

@@ -20,11 +20,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..cluster.variables import ClusterSettings
 from ..errors import ConfigError, Problem
 from ..settings import HEADROOM, Settings, resolve, split_problems
+
+if TYPE_CHECKING:
+    from ..cluster.variables import ClusterSettings
 
 NCCL_MIB = 1024
 VISIBLE = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
