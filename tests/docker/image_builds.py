@@ -147,10 +147,12 @@ STANDINS = {
 }
 DEFAULT_PYTHON = "3.11"
 # PyTorch on Python 3.14, whose default start method is forkserver: Debian's own CPU build
-# (python3-torch, 2.14 in sid), since PyPI's 3.14 wheel is the CUDA build and needs CUDA's
-# libraries to import. Its own rootfs, no TensorFlow: the DataLoader's tests run on it.
-TORCH_STANDIN = StandInRecipe("3.14", "sid", (*SID_PACKAGES[:4], "python3-torch",
-                                             "ca-certificates"), None, (2, 43))  # fmt: skip
+# (python3-torch, 2.14 in testing), since PyPI's 3.14 wheel is the CUDA build and needs
+# CUDA's libraries to import. From testing, not sid: a package migrates there only when it
+# installs, and python3-torch pulls in many. Its own rootfs, no TensorFlow: the DataLoader's
+# tests run on it.
+TORCH_STANDIN = StandInRecipe("3.14", "testing", (*SID_PACKAGES[:4], "python3-torch",
+                                                 "ca-certificates"), None, (2, 43))  # fmt: skip
 
 
 def debian_mirror() -> str | None:
