@@ -104,10 +104,10 @@ def _present() -> list[str]:
 def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
     from .budget import make_budget
     from .budget.hostmemory import for_tensorflow
-    from .frameworks import settings_of
+    from .frameworks import resolve
     from .settings import CONTRACT, CONTROL
 
-    settings = settings_of("tensorflow", env)  # every variable, as TensorFlow reads them
+    settings = resolve(env)  # every variable, as TensorFlow reads them
     cluster = _cluster(settings, env)
     table = {}
     for variable in CONTRACT + CONTROL:
@@ -295,13 +295,13 @@ def _run_time(settings: Any, env: dict[str, str]) -> tuple[list[dict[str, str]],
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .frameworks import settings_of
+    from .frameworks import resolve
     from .typos import misspelled
 
     env = _environment(args.env_file)
     why = _not_started(args.json)
     try:
-        settings = settings_of("tensorflow", env)
+        settings = resolve(env)
         tasks, later = _run_time(settings, env)
         clusters = [_cluster(settings, task) for task in tasks]
     except ConfigError as exc:

@@ -20,13 +20,8 @@ HEADROOMS: dict[str, Headroom] = {m: a.HEADROOM for m, a in ADAPTERS.items() if 
 LEAST_MIB = min(room.mib for room in HEADROOMS.values())  # the smallest any framework keeps
 
 
-def settings_of(module: str, env: Mapping[str, str] | None = None) -> Settings:
-    """The settings ``module``'s import applies in ``env`` (the process's by default)."""
-    return settings_for(ADAPTERS[module], os.environ if env is None else env)
-
-
 def resolve(env: Mapping[str, str] | None = None, framework: str = "tensorflow") -> Settings:
     """``tfboot.resolve()``: the validated settings ``framework``'s import applies (by module
     name; TensorFlow's read every variable), with their sources and its caps below a GPU
     share; raises one ``ConfigError`` listing every problem. Imports no framework."""
-    return settings_of(framework, env)
+    return settings_for(ADAPTERS[framework], os.environ if env is None else env)

@@ -163,16 +163,25 @@ def _full(original: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return original(size, *args, **kwargs)
         except RuntimeError as exc:
-            if not any(text in str(exc) for text in FULL):
+            if not _is_full(exc):
                 raise
-            from torch.utils.data import get_worker_info
-
-            info = get_worker_info()
-            workers = info.num_workers if info is not None else _loader.get("workers", 1)
-            raise RuntimeError(_full_text(size, workers, _loader.get("prefetch", PREFETCH))) \
-                from exc  # fmt: skip
+            raise RuntimeError(_worker_text(size)) from exc
 
     return new_shared
+
+
+def _is_full(error: BaseException) -> bool:
+    """``error`` is PyTorch's for a full ``/dev/shm``."""
+    return isinstance(error, RuntimeError) and any(text in str(error) for text in FULL)
+
+
+def _worker_text(size: int | None, sending: bool = False) -> str:
+    """``_full_text`` for this worker's loader (its workers, its prefetch factor)."""
+    from torch.utils.data import get_worker_info
+
+    info = get_worker_info()
+    workers = info.num_workers if info is not None else _loader.get("workers", 1)
+    return _full_text(size, workers, _loader.get("prefetch", PREFETCH), sending)
 
 
 def _feeding(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -193,19 +202,16 @@ def _unsent(queue: Any, default: Callable[[BaseException, object], None],
     full, the error goes in the batch's place, as the worker's loop sends any batch's error
     (the main process raises it at that index); any other error, as ``multiprocessing``
     has it (printed, the item dropped)."""
-    full = isinstance(error, RuntimeError) and any(text in str(error) for text in FULL)
-    if not (full and isinstance(sent, tuple) and len(sent) == 2 and isinstance(sent[0], int)):
+    if not (_is_full(error) and isinstance(sent, tuple) and len(sent) == 2
+            and isinstance(sent[0], int)):  # fmt: skip
         default(error, sent)
         return
     from torch._utils import ExceptionWrapper
     from torch.utils.data import get_worker_info
 
     info = get_worker_info()
-    workers = info.num_workers if info is not None else _loader.get("workers", 1)
-    text = _full_text(_nbytes(sent[1]) or None, workers, _loader.get("prefetch", PREFETCH),
-                      sending=True)  # fmt: skip
     try:
-        raise RuntimeError(text) from error
+        raise RuntimeError(_worker_text(_nbytes(sent[1]) or None, sending=True)) from error
     except RuntimeError:
         where = f"in DataLoader worker process {info.id}" if info is not None else "in a worker"
         queue.put((sent[0], ExceptionWrapper(where=where)))
@@ -219,14 +225,14 @@ def _full_text(size: int | None, workers: int, prefetch: int, sending: bool = Fa
     shm = read_shm()
     held = f"a DataLoader's {workers} worker(s) hold up to {workers} x prefetch_factor " \
         f"{prefetch} batches there"  # fmt: skip
-    unsent = f"a batch{f' of {_mib(size)} MiB' if size else ''} could not be sent to the " \
-        "main process"  # fmt: skip
-    if size:
-        what = unsent if sending else f"{_mib(size)} MiB more for a batch"
-        mib = _suggested((workers * prefetch + 2) * size)
+    if sending:
+        what = f"a batch{f' of {_mib(size)} MiB' if size else ''} could not be sent to the " \
+            "main process"  # fmt: skip
+    elif size:
+        what = f"{_mib(size)} MiB more for a batch"
     else:
-        what = unsent if sending else "a worker died of SIGBUS writing a batch"
-        mib = 2 * (shm.size_mib or ROUND_MIB)
+        what = "a worker died of SIGBUS writing a batch"
+    mib = _suggested((workers * prefetch + 2) * size) if size else 2 * (shm.size_mib or ROUND_MIB)
     return (f"tfboot: {PATH} is full: {what}, but {shm.describe()}; {held}; give it at least "
             f"{mib} MiB: {_fix(mib)}; or use fewer workers, a lower prefetch_factor or a "
             "smaller batch")  # fmt: skip

@@ -16,7 +16,7 @@ from ..adapters import Plan
 from ..adapters.tensorflow import make_plan
 from ..budget import NO_LIMIT, make_budget
 from ..errors import ConfigError, Problem
-from ..frameworks import settings_of
+from ..frameworks import resolve
 from ..kube.documents import quantity
 from ..kube.dracaps import container_mps_cap
 from ..kube.environment import container_env
@@ -142,13 +142,13 @@ def _resolve(
     found = framework_of(container.spec, env)
     module = found[0] if found is not None else "tensorflow"
     try:
-        return settings_of(module, env), env  # as its import reads them
+        return resolve(env, module), env  # as its import reads them
     except ConfigError as exc:
         _report_problems(container, exc.problems, env, report)
         invalid = {p.variable for p in exc.problems}
     rest = {k: v for k, v in env.items() if k not in invalid}
     try:
-        return settings_of(module, rest), rest
+        return resolve(rest, module), rest
     except ConfigError:
         return None
 
