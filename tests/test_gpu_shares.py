@@ -7,6 +7,7 @@ one process: a warning, an error under ``REQUIRE_GPU``."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -400,6 +401,68 @@ def test_a_malformed_dmem_max_names_the_file_and_line() -> None:
         "an MPS memory limit, but /sys/fs/cgroup/kubepods/pod1/ctr/dmem.max: line 1 is not" in text
     )
     assert "lots" not in text.replace("'<region> <bytes>|max'", "")
+
+
+NESTED = "/sys/fs/cgroup/kubepods/burstable/pod1/ctr"  # v2-nested's container cgroup
+NVML_SOURCE = Path(__file__).parent / "frameworks" / "fake_nvml" / "nvml.c"
+
+
+def test_without_dmem_max_nvmls_limits_for_the_containers_cgroup_are_the_share(
+    nvml_library: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver's fallback: no ``dmem`` controller, the limit held by the driver and read
+    through ``nvmlDeviceGetMemoryLimits_v1`` with the container's own cgroup as its
+    namespace (the stand-in answers only for ``FAKE_NVML_CGROUP``)."""
+    monkeypatch.setenv("FAKE_NVML_MIB", "81559:0,81559:0")
+    monkeypatch.setenv("FAKE_NVML_CGROUP", NESTED)
+    monkeypatch.setenv("FAKE_NVML_LIMITS", "8192,6144")
+    env = partitioned("v2-nested", TFBOOT_NVML_LIBRARY=nvml_library)
+    limit, per_gpu, source = caps(env)
+    assert (limit, per_gpu) == (6144 - 1536, {})
+    assert source.startswith(f"MPS NVML memory limits of {NESTED} (GPU 1, the smallest)")
+    assert partition_total(env) == 6144 << 20
+    monkeypatch.setenv("FAKE_NVML_CGROUP", "/sys/fs/cgroup/another")
+    assert partition_total(env) is None  # another cgroup's limits are not this container's
+
+
+@pytest.mark.parametrize("limits", ["max,max", None])
+def test_no_nvml_limit_is_no_share(
+    nvml_library: str, monkeypatch: pytest.MonkeyPatch, limits: str | None
+) -> None:
+    """``NVML_DEVICE_MEMORY_LIMIT_MAX`` limits nothing; a GPU without partitioning answers
+    ``NVML_ERROR_NOT_SUPPORTED``: either way no share, and auto says none is set."""
+    monkeypatch.setenv("FAKE_NVML_MIB", "81559:0,81559:0")
+    monkeypatch.setenv("FAKE_NVML_CGROUP", NESTED)
+    if limits is None:
+        monkeypatch.delenv("FAKE_NVML_LIMITS", raising=False)
+    else:
+        monkeypatch.setenv("FAKE_NVML_LIMITS", limits)
+    env = partitioned("v2-nested", TFBOOT_NVML_LIBRARY=nvml_library)
+    assert partition_total(env) is None
+    assert "none is set" in problem_text({"MEMORY_LIMIT_MB": "auto", **env})
+
+
+def test_a_driver_without_the_call_reads_no_nvml_limit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A driver before 615: its library has no ``nvmlDeviceGetMemoryLimits_v1`` (the
+    stand-in built without it); nothing is called, nothing read."""
+    old = tmp_path / "libnvidia-ml-old.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-DOLD_DRIVER", "-o", str(old), str(NVML_SOURCE)],
+                   check=True)  # fmt: skip
+    monkeypatch.setenv("FAKE_NVML_MIB", "81559:0")
+    monkeypatch.setenv("FAKE_NVML_CGROUP", NESTED)
+    monkeypatch.setenv("FAKE_NVML_LIMITS", "6144")
+    assert partition_total(partitioned("v2-nested", TFBOOT_NVML_LIBRARY=str(old))) is None
+
+
+def test_dmem_max_holds_before_nvml(nvml_library: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the kernel holds the limit, ``dmem.max`` is read and NVML is not asked."""
+    monkeypatch.setenv("FAKE_NVML_MIB", "81559:0")
+    monkeypatch.setenv("FAKE_NVML_CGROUP", "/sys/fs/cgroup/kubepods/pod1/ctr")
+    monkeypatch.setenv("FAKE_NVML_LIMITS", "2048")
+    env = partitioned("v2-dmem", TFBOOT_NVML_LIBRARY=nvml_library)
+    assert partition_total(env) == 6144 << 20
 
 
 def test_jax_takes_its_fraction_of_the_partition_never_the_whole_gpu(

@@ -18,7 +18,9 @@ gpushare's, then KAI's portion.
 - MPS memory partitioning (CUDA 13.4, driver 615, Linux 6.14 and later) holds a hard limit
   per container in the kernel's ``dmem`` controller (``node.dmem``), set by
   nvidia-container-toolkit's hook or ``nvidia-smi memory-limits``; read where the container
-  is an MPS client (``CUDA_MPS_PIPE_DIRECTORY`` set), whatever set it.
+  is an MPS client (``CUDA_MPS_PIPE_DIRECTORY`` set), whatever set it. Where no ``dmem.max``
+  holds one (the driver's own fallback), NVML's memory limits for the container's cgroup
+  (``node.nvml.memory_limits``) are read instead.
 - KAI Scheduler's ``nvfractions`` (kai-gpu-fractioning's fractiond) sets
   ``NVIDIA_GPU_MEMORY_LIMITS`` in MiB, which nvidia-container-toolkit's
   ``apply-cuda-memory-limits`` hook enforces through NVML memory limits; its ``gpusharing``
@@ -37,10 +39,10 @@ from dataclasses import dataclass, field
 
 from ..errors import Problem
 from ..values import digits, quote
-from .cgroup import CgroupError
+from .cgroup import CgroupError, shown, v2_directories
 from .cpu import cgroup_root
 from .dmem import read_gpu_memory_limit
-from .nvml import read_inventory
+from .nvml import memory_limits, read_inventory
 
 HAMI_ALL = "CUDA_DEVICE_MEMORY_LIMIT"
 HAMI_PREFIX = "CUDA_DEVICE_MEMORY_LIMIT_"
@@ -166,16 +168,26 @@ def _mps(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
 
 
 def _dmem(env: Mapping[str, str], problems: list[Problem]) -> PluginLimit | None:
-    """MPS memory partitioning's hard limit, from the container's ``dmem.max``, where the
-    container is an MPS client."""
+    """MPS memory partitioning's hard limit, where the container is an MPS client: from the
+    container's ``dmem.max``, else (the driver's fallback, no ``dmem`` controller) from NVML's
+    memory limits for the container's cgroup."""
     if not env.get(MPS_PIPE, "").strip():
         return None
+    root = cgroup_root(env)
     try:
-        found = read_gpu_memory_limit(cgroup_root(env))
+        found = read_gpu_memory_limit(root)
+        directories = [] if found else v2_directories(root, "dmem")
     except CgroupError as exc:
         problems.append(Problem("MEMORY_LIMIT_MB", "auto", f"an MPS memory limit, but {exc}"))
         return None
-    return None if found is None else PluginLimit(found.mib, {}, f"MPS {found.source}")
+    if found is not None:
+        return PluginLimit(found.mib, {}, f"MPS {found.source}")
+    by_gpu = memory_limits(directories[0], env) if directories else None
+    if not by_gpu:
+        return None
+    index, smallest = min(by_gpu.items(), key=lambda item: item[1])
+    source = f"MPS NVML memory limits of {shown(directories[0])} (GPU {index}, the smallest)"
+    return PluginLimit(smallest >> 20, {}, source)
 
 
 def partition_total(env: Mapping[str, str]) -> int | None:

@@ -3,6 +3,11 @@
 NVML is the driver's management library: asking it costs no CUDA context and no GPU
 memory, so a framework's plan can know the GPUs before the framework starts. No
 ``libnvidia-ml`` (no driver) means no GPU.
+
+MPS memory partitioning's limits are read here too (``memory_limits``): the hard limit a
+cgroup holds on each GPU, by ``nvmlDeviceGetMemoryLimits_v1`` (driver 615 and later; the
+struct as NVIDIA's NVML reference and its ``nvidia-ml-py`` 13.615 declare it). Reading needs
+no privileges; an older driver's library lacks the call, and then none is read.
 """
 
 from __future__ import annotations
@@ -36,6 +41,23 @@ class Inventory:
     @property
     def count(self) -> int:
         return len(self.totals)
+
+
+class _Limits(ctypes.Structure):
+    """``nvmlGetMemoryLimits_v1_t``: a cgroup's memory limits on one GPU, in bytes."""
+
+    _fields_ = [
+        ("nameSpace", ctypes.c_char_p),  # [in] the cgroup's directory, such as /sys/fs/cgroup/x
+        ("softLimit", ctypes.c_ulonglong),
+        ("hardLimit", ctypes.c_ulonglong),
+        ("currentUsed", ctypes.c_ulonglong),
+    ]
+
+
+NO_LIMIT = (1 << 64) - 1  # NVML_DEVICE_MEMORY_LIMIT_MAX: a hard limit that limits nothing
+# NVML_ERROR_NOT_SUPPORTED (no partitioning on this GPU), NVML_ERROR_NOT_FOUND (none for the
+# cgroup): no limit, not a failure
+NO_LIMITS_STATUSES = (3, 6)
 
 
 def _load(env: Mapping[str, str] | None) -> ctypes.CDLL | None:
@@ -154,3 +176,32 @@ def _read(nvml: ctypes.CDLL) -> Inventory:
         return Inventory(tuple(totals), used=tuple(used))
     finally:
         nvml.nvmlShutdown()
+
+
+def memory_limits(cgroup: str, env: Mapping[str, str] | None = None) -> dict[int, int] | None:
+    """The hard limit NVML holds for the cgroup directory ``cgroup`` on each GPU that has one,
+    in bytes by NVML index; None where no NVML loads, its library lacks the call (a driver
+    before 615) or it fails."""
+    nvml = _load(env)
+    function = getattr(nvml, "nvmlDeviceGetMemoryLimits_v1", None) if nvml else None
+    if nvml is None or function is None:
+        return None
+    try:
+        _check("nvmlInit_v2", nvml.nvmlInit_v2())
+    except (AttributeError, OSError):
+        return None
+    found: dict[int, int] = {}
+    try:
+        for index, handle in enumerate(_handles(nvml)):
+            limits = _Limits(os.fsencode(cgroup), 0, 0, 0)
+            status = function(handle, ctypes.byref(limits))
+            if status in NO_LIMITS_STATUSES:
+                continue
+            _check("nvmlDeviceGetMemoryLimits_v1", status)
+            if 0 < limits.hardLimit < NO_LIMIT:
+                found[index] = limits.hardLimit
+    except (AttributeError, OSError):
+        return None
+    finally:
+        nvml.nvmlShutdown()
+    return found

@@ -1,9 +1,13 @@
 /* A stand-in for the driver's libnvidia-ml, which no machine without an NVIDIA driver has.
    It lists the GPUs named in FAKE_NVML_MIB ("total:used,total:used", MiB); unset, nvmlInit
    fails as the real library does without a driver. FAKE_NVML_PROCS ("index:pid:MiB,...", pid 0
-   for the calling process) lists compute processes. Only the calls tfboot makes exist. */
+   for the calling process) lists compute processes. FAKE_NVML_LIMITS ("MiB,max,...", by GPU)
+   gives MPS memory partitioning's hard limits for the cgroup FAKE_NVML_CGROUP (another
+   cgroup's are not found); unset, the GPUs do not support it. Built with -DOLD_DRIVER, the
+   library lacks that call, as a driver before 615 does. Only the calls tfboot makes exist. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 typedef struct { unsigned long long total, free, used; } memory_t;
@@ -71,3 +75,28 @@ int nvmlDeviceGetComputeRunningProcesses_v3(void *handle, unsigned *infoCount, p
     *infoCount = found;
     return 0;
 }
+
+#ifndef OLD_DRIVER
+/* nvmlGetMemoryLimits_v1_t: the NVML reference's fields, in its order */
+typedef struct {
+    const char *nameSpace;
+    unsigned long long softLimit, hardLimit, currentUsed;
+} limits_t;
+
+int nvmlDeviceGetMemoryLimits_v1(void *handle, limits_t *limits) {
+    unsigned index = (unsigned)(uintptr_t)handle - 1;
+    const char *spec = getenv("FAKE_NVML_LIMITS"), *cgroup = getenv("FAKE_NVML_CGROUP");
+    if (spec == NULL) return 3; /* NVML_ERROR_NOT_SUPPORTED */
+    if (limits->nameSpace == NULL || cgroup == NULL || strcmp(limits->nameSpace, cgroup) != 0)
+        return 6; /* NVML_ERROR_NOT_FOUND */
+    for (unsigned i = 0; i < index && spec; i++) {
+        spec = strchr(spec, ',');
+        if (spec) spec++;
+    }
+    if (spec == NULL) return 6;
+    limits->softLimit = 0;
+    limits->hardLimit = strncmp(spec, "max", 3) == 0 ? ~0ULL : strtoull(spec, NULL, 10) << 20;
+    limits->currentUsed = used[index];
+    return 0;
+}
+#endif
