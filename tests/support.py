@@ -155,12 +155,14 @@ def cluster_plan(mode: str, env: Mapping[str, str], plan: Any = None) -> Any:
     TensorFlow listed the plan's GPUs.
     """
     from tfboot import resolve
+    from tfboot.adapters.tensorflow import LAUNCH
     from tfboot.cluster.plan import plan_cluster
 
     settings = resolve({**env, "DISTRIBUTED": mode})
     assert settings.cluster is not None
-    devices = {} if plan is None else {"replicas": plan.local_replicas()}
-    return plan_cluster(mode, settings.cluster, env, cpu_split=plan and plan.cpu_logical, **devices)
+    devices = {} if plan is None else {"replicas": plan.local_replicas(),
+                                       "cpu_split": plan.cpu_logical}  # fmt: skip
+    return plan_cluster(LAUNCH, "TensorFlow", mode, settings.cluster, env, devices)
 
 
 WORKING_MIB = 500  # the working set of cgroup_limits' tree

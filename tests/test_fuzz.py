@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from support import tf_plan
 from support import threads as pool
 from tfboot import ConfigError, resolve
+from tfboot.adapters.tensorflow import LAUNCH
 from tfboot.cluster import NAMES as CLUSTER_NAMES
 from tfboot.cluster.plan import plan_cluster
 from tfboot.envfile import read_env_file
@@ -107,8 +108,10 @@ def test_environments_through_settings_plan_and_tf_config(
         if resolved.distributed != "off":
             assert resolved.cluster is not None
             replicas = plan.local_replicas()
-            cluster = plan_cluster(resolved.distributed, resolved.cluster, env, replicas)
-            assert cluster.tf_config is None or cluster.tf_config.startswith("{")
+            cluster = plan_cluster(LAUNCH, "TensorFlow", resolved.distributed, resolved.cluster,
+                                   env, {"replicas": replicas})  # fmt: skip
+            built = cluster.environ.get("TF_CONFIG")
+            assert built is None or built.startswith("{")
     except ConfigError as exc:
         assert_clean(exc)
         return
@@ -170,7 +173,7 @@ def test_env_files_through_the_settings_never_quote_the_file(
     try:
         settings = resolve(env)
         if settings.cluster is not None:
-            plan_cluster(settings.distributed, settings.cluster, env)
+            plan_cluster(LAUNCH, "TensorFlow", settings.distributed, settings.cluster, env, {})
     except ConfigError as exc:
         assert_clean(exc)
         assert "s3cret" not in str(exc)

@@ -47,9 +47,10 @@ def test_resolving_never_quotes_a_planted_secret(tmp_path: Path, name: str) -> N
     with pytest.raises(ConfigError) as info:
         settings = resolve(env)
         if settings.cluster is not None:  # DIST_* that parsed: the builder's errors
+            from tfboot.adapters.tensorflow import LAUNCH
             from tfboot.cluster.plan import plan_cluster
 
-            plan_cluster(settings.distributed, settings.cluster, env)
+            plan_cluster(LAUNCH, "TensorFlow", settings.distributed, settings.cluster, env, {})
     assert SECRET not in str(info.value), str(info.value)
 
 

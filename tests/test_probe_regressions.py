@@ -125,13 +125,13 @@ def _k8s(tasks: int) -> dict[str, str]:
 
 
 def test_a_tf_config_too_large_for_one_environment_string_is_refused() -> None:
-    from tfboot.cluster.plan import MAX_TF_CONFIG_BYTES
+    from tfboot.cluster.tfjob import MAX_TF_CONFIG_BYTES
 
     with pytest.raises(ConfigError) as info:
         cluster_plan("k8s", _k8s(3000))
     text = str(info.value)
     assert "DIST_TASKS='3000' cannot be met" in text and f"{MAX_TF_CONFIG_BYTES}" in text
-    tf_config = cluster_plan("k8s", _k8s(1500)).tf_config
+    tf_config = cluster_plan("k8s", _k8s(1500)).environ.get("TF_CONFIG")
     assert tf_config is not None and len(tf_config) <= MAX_TF_CONFIG_BYTES
 
 
@@ -146,7 +146,9 @@ def test_host_errors_never_show_a_placeholder_port(hosts: str) -> None:
 
 def test_a_port_template_is_a_port() -> None:
     env = {"DIST_TASKS": "2", "DIST_HOSTS": "worker=localhost:222{i}", "JOB_COMPLETION_INDEX": "1"}
-    assert '"localhost:2220","localhost:2221"' in (cluster_plan("k8s", env).tf_config or "")
+    assert '"localhost:2220","localhost:2221"' in (
+        cluster_plan("k8s", env).environ.get("TF_CONFIG") or ""
+    )
 
 
 def test_a_slurm_port_past_65535_names_dist_port() -> None:

@@ -43,33 +43,37 @@ SHOWN_DEFAULTS = {"VISIBLE_GPU": "all"}
 
 
 def _cluster(settings: Any, env: dict[str, str]) -> dict[str, Any] | None:
-    """The cluster plan without TensorFlow (the replicas check waits for the import)."""
+    """The cluster as TensorFlow's plan gives it (``TF_CONFIG``; the replicas check waits for
+    the import), whether TensorFlow is installed or not."""
     if settings.cluster is None:
         return None
     from .cluster.plan import plan_cluster
+    from .frameworks import ADAPTERS
 
-    return plan_cluster(settings.distributed, settings.cluster, env, pid=os.getpid()).to_dict()
+    adapter = ADAPTERS["tensorflow"]
+    return plan_cluster(adapter.LAUNCH, adapter.NAME, settings.distributed, settings.cluster,
+                        env, {}, pid=os.getpid()).to_dict()  # fmt: skip
 
 
 def _launches(settings: Any, env: dict[str, str], present: list[str],
               refused: Mapping[str, ConfigError]) -> dict[str, Any]:  # fmt: skip
-    """What the installed PyTorch and JAX get from the cluster, or why they cannot (their
-    import's error, ``refused``)."""
+    """What the other installed frameworks that form a cluster get from it (TensorFlow's is
+    ``_cluster``), or why they cannot (their import's error, ``refused``)."""
     if settings.cluster is None:
         return {}
-    from .cluster.plan import plan_launch
+    from .cluster.plan import plan_cluster
     from .frameworks import ADAPTERS
     from .node.versions import installed
 
     found: dict[str, Any] = {}
     for module, adapter in ADAPTERS.items():
-        if module in present and adapter.LAUNCH is not None:
+        if module in present and module != "tensorflow" and adapter.LAUNCH is not None:
             name, facts = adapter.NAME, {"version": installed(module)}
             try:
                 if name in refused:
                     raise refused[name]
-                made = plan_launch(adapter.LAUNCH, name, settings.distributed, settings.cluster,
-                                   env, facts, pid=os.getpid())  # fmt: skip
+                made = plan_cluster(adapter.LAUNCH, name, settings.distributed, settings.cluster,
+                                    env, facts, pid=os.getpid())  # fmt: skip
                 found[name] = made.to_dict()
             except ConfigError as exc:
                 found[name] = {"error": str(exc)}

@@ -24,7 +24,7 @@ SLURM = {
 
 
 def built(mode: str, env: dict[str, str]) -> dict:
-    config = cluster_plan(mode, env).tf_config
+    config = cluster_plan(mode, env).environ.get("TF_CONFIG")
     assert config is not None
     return json.loads(config)
 
@@ -169,10 +169,12 @@ class TestK8s:
         assert "TF_CONFIG is already set" in message and "DISTRIBUTED=auto" in message
 
     def test_the_tf_config_it_builds_is_accepted_when_inherited(self) -> None:
-        tf_config = cluster_plan("k8s", K8S).tf_config
+        tf_config = cluster_plan("k8s", K8S).environ.get("TF_CONFIG")
         assert tf_config is not None
         cluster = cluster_plan("k8s", {**K8S, "TF_CONFIG": tf_config})
-        assert cluster.tf_config is None and cluster.environ == {}  # nothing set again
+        assert (
+            cluster.environ.get("TF_CONFIG") is None and cluster.environ == {}
+        )  # nothing set again
         assert cluster.peers == ["train-0.train:2222"]
         assert "TF_CONFIG inherited, the one tfboot builds here, checked" in cluster.line()
         assert cluster.identity.sources["tf_config"] == "inherited"
@@ -263,7 +265,7 @@ class TestFoundTfConfig:
     def test_tfjob_with_chief_and_environment_cloud_is_checked_not_rebuilt(self) -> None:
         tfjob = json.dumps(TFJOB).replace("master", "chief")
         cluster = cluster_plan("auto", {"TF_CONFIG": tfjob})
-        assert cluster.identity.engine == "tf_config" and cluster.tf_config is None
+        assert cluster.identity.engine == "tf_config" and cluster.environ.get("TF_CONFIG") is None
         assert cluster.peers == ["job-worker-0.ns.svc:2222"]
 
     def test_ray_shape(self) -> None:
@@ -349,7 +351,7 @@ class TestAuto:
         assert cluster_plan("auto", SLURM).identity.engine == "slurm"
         assert cluster_plan("auto", K8S).identity.engine == "k8s"
         single = cluster_plan("auto", {"JOB_COMPLETION_INDEX": "0"})
-        assert single.identity.engine == "single" and single.tf_config is None
+        assert single.identity.engine == "single" and single.environ.get("TF_CONFIG") is None
 
     def test_distributed_is_validated_with_the_contract(self) -> None:
         assert resolve({}).distributed == "off"

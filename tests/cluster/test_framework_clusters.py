@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from support import free_ports, scenario_env, started
 from tfboot.cluster.launch import HEARTBEAT_FROM, torchrun_options
-from tfboot.cluster.plan import plan_launch
+from tfboot.cluster.plan import plan_cluster
 from tfboot.errors import ConfigError
 from tfboot.settings import resolve
 
@@ -54,7 +54,7 @@ def launch(framework: str, mode: str, env: dict[str, str], jax: tuple[int, ...] 
 
     adapter = next(a for a in ADAPTERS.values() if framework == a.NAME)
     facts = {"agent": agent, "visible": None, "version": jax}
-    return plan_launch(adapter.LAUNCH, framework, mode, settings.cluster, env, facts)
+    return plan_cluster(adapter.LAUNCH, framework, mode, settings.cluster, env, facts)
 
 
 def error(framework: str, mode: str, env: dict[str, str]) -> str:
@@ -80,7 +80,7 @@ class TestPlans:
             "LOCAL_RANK": "0",
             "LOCAL_WORLD_SIZE": "1",
         }
-        assert cluster.tf_config is None
+        assert cluster.environ.get("TF_CONFIG") is None
         assert cluster.line().startswith(
             "cluster: PyTorch rank 2 of 3 (k8s; worker 2, index from JOB_COMPLETION_INDEX=2); "
             "rank 0 at w-0.train:2222 (port: default 2222 (k8s)); set MASTER_ADDR=w-0.train"

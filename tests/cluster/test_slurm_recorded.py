@@ -59,11 +59,11 @@ def test_an_arbitrary_layout_is_refused_by_every_rank_alike() -> None:
 def test_the_batch_script_and_the_allocation_shell_are_no_task(path: Path) -> None:
     (env,) = tasks(path)
     plan = cluster_plan("slurm", env)
-    assert plan.identity.config is None and plan.tf_config is None
+    assert plan.identity.config is None and plan.environ.get("TF_CONFIG") is None
     job = env["SLURM_JOB_ID"]
     assert plan.line() == (
         f"cluster: single node (the batch script or allocation of Slurm job {job}, outside "
-        "srun); TF_CONFIG not set"
+        "srun); nothing set"
     )
 
 

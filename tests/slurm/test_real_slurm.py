@@ -95,7 +95,7 @@ def test_the_documented_sbatch_script_3_tasks_on_2_nodes(
     job = re.search(r"Submitted batch job (\d+)", done.stdout).group(1)
     assert (
         f"cluster: single node (the batch script or allocation of Slurm job {job}, outside "
-        "srun); TF_CONFIG not set" in batch
+        "srun); nothing set" in batch
     )
     results = task_results(tmp_path, 3)
     assert_trained_alike(results, reference)

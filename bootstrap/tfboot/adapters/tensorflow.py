@@ -45,7 +45,6 @@ GROWTH_ENV = "TF_FORCE_GPU_ALLOW_GROWTH"
 # (MinSystemMemory, tensorflow/core/common_runtime/gpu/gpu_device.cc; 1050 MiB on 7.x),
 # which any memory_limit bypasses.
 HEADROOM = Headroom(1536, "TensorFlow's own reserve beside its pool on compute capability 8.0+")
-LAUNCH = None  # its cluster is TF_CONFIG (budget.cluster)
 MIRRORS = {"MEMORY_GROWTH": GROWTH_ENV}  # TensorFlow's own variable for the same setting
 # What tfboot may write for TensorFlow; a parent's inherited value it does not plan is put back.
 WRITES = (GROWTH_ENV, PINNED_ENV, "XLA_FLAGS")
@@ -90,6 +89,14 @@ def facts(stage: str, budget: Budget, read: Read) -> dict[str, Any]:
     return found
 
 
+def LAUNCH(*args: Any) -> Any:
+    """Its values for a task of a cluster (``cluster.tfjob.plan_tensorflow``: ``TF_CONFIG``),
+    loaded only where ``DISTRIBUTED`` is not off."""
+    from ..cluster.tfjob import plan_tensorflow
+
+    return plan_tensorflow(*args)
+
+
 def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
     """``before``: the cluster checked, nothing to do yet; ``after``: TensorFlow's plan, the
     cluster's ``TF_CONFIG``, NCCL's warnings and the peer watcher."""
@@ -99,7 +106,7 @@ def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
     forms = settings.cluster is not None and budget.role.kind != LOADER
     if stage == "before":
         if forms:
-            budget.cluster()  # raises on an invalid cluster, before TensorFlow's code runs
+            budget.launch(NAME, LAUNCH)  # raises on an invalid cluster, before its code runs
         return Plan(NAME, budget.role)
     made = make_plan(budget, facts["gpus"], facts)
     if settings.cluster is not None and not forms:
@@ -108,7 +115,9 @@ def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
             "TF_CONFIG not set, no peer watcher"
         )
     if forms:
-        cluster = budget.cluster(made.local_replicas(), made.cpu_logical)
+        cluster = budget.launch(
+            NAME, LAUNCH, replicas=made.local_replicas(), cpu_split=made.cpu_logical
+        )
         made.cluster = cluster
         made.environ.update(cluster.environ)
         made.warnings += cluster.warnings

@@ -79,24 +79,14 @@ class Budget:
         """The visible GPUs of ``count`` listed, and their caps (``lists``: who lists them)."""
         return gpu_budget(self.settings, count, lists)
 
-    def cluster(self, replicas: int | None = None, cpu_split: int | None = None) -> ClusterPlan:
-        """This task's place in the cluster (``DISTRIBUTED`` must not be off)."""
-        from ..cluster.plan import plan_cluster
-
-        assert self.settings.cluster is not None
-        return plan_cluster(
-            self.settings.distributed, self.settings.cluster, self.env, replicas, cpu_split,
-            self.pid,
-        )  # fmt: skip
-
     def launch(self, framework: str, writer: Writer, **facts: Any) -> ClusterPlan:
         """``framework``'s place in the cluster (``DISTRIBUTED`` must not be off), its values
         from the ``writer`` its adapter chose, given the adapter's ``facts``."""
-        from ..cluster.plan import plan_launch
+        from ..cluster.plan import plan_cluster
 
         assert self.settings.cluster is not None
-        return plan_launch(writer, framework, self.settings.distributed, self.settings.cluster,
-                           self.env, facts, self.pid)  # fmt: skip
+        return plan_cluster(writer, framework, self.settings.distributed, self.settings.cluster,
+                            self.env, facts, self.pid)  # fmt: skip
 
 
 def make_budget(

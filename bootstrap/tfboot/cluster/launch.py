@@ -66,7 +66,7 @@ class Launch:
     """What one framework gets: variables to set, arguments to fill, and the log line."""
 
     framework: str
-    world: World
+    world: World | None  # the ranks (None: TensorFlow, whose tasks are named by type and index)
     environ: dict[str, str] = field(default_factory=dict)
     arguments: dict[str, Any] = field(default_factory=dict)  # jax.distributed.initialize's
     checked: list[str] = field(default_factory=list)  # a launcher's values that agree
@@ -76,15 +76,18 @@ class Launch:
     # DIST_STARTUP_TIMEOUT for PyTorch's init_process_group: the seconds, and what is awaited
     deadline: tuple[int, str] | None = None
     warnings: list[str] = field(default_factory=list)
+    local_replicas: int | None = None  # counted by the framework (TensorFlow's devices)
+    text: str = ""  # the one log line, written by the writer
 
     def to_dict(self) -> dict[str, Any]:
+        world = self.world
         return {
             "framework": self.framework,
-            "rank": self.world.rank,
-            "size": self.world.size,
-            "local_rank": self.world.local_rank,
-            "local_size": self.world.local_size,
-            "coordinator": self.world.coordinator,
+            "rank": None if world is None else world.rank,
+            "size": None if world is None else world.size,
+            "local_rank": None if world is None else world.local_rank,
+            "local_size": None if world is None else world.local_size,
+            "coordinator": None if world is None else world.coordinator,
             "set": dict(self.environ),
             "arguments": dict(self.arguments),
             "checked": list(self.checked),
@@ -93,8 +96,9 @@ class Launch:
 
 
 # A framework's writer, chosen by its adapter (``LAUNCH``): its values for a task of a
-# cluster, from the identity, the DIST_* settings, the environment, the mode and the
-# adapter's facts (PyTorch's: ``agent``; JAX's: ``visible``, ``version``).
+# cluster, their log line among them, from the identity, the DIST_* settings, the
+# environment, the mode and the adapter's facts (PyTorch's: ``agent``; JAX's: ``visible``,
+# ``version``; TensorFlow's: ``replicas``, ``cpu_split``).
 Writer = Callable[[Identity, ClusterSettings, Mapping[str, str], str, Mapping[str, Any]], Launch]
 
 
@@ -219,10 +223,10 @@ def plan_torch(identity: Identity, settings: ClusterSettings, env: Mapping[str, 
         launch.deadline = (settings.startup_timeout, waits)
     if user_value(env, TORCHRUN) is not None:
         _torchrun(launch, settings, env)
-        return launch
+        return _said(launch, identity)
     if agent is not None:
         _agent(launch, identity, settings, env, agent)
-        return launch
+        return _said(launch, identity)
     expected = settings.replicas_per_worker
     if expected is not None and expected != 1:
         raise ConfigError(
@@ -246,7 +250,7 @@ def plan_torch(identity: Identity, settings: ClusterSettings, env: Mapping[str, 
     }
     meaning = {n: _integer for n in wanted} | {"MASTER_ADDR": _host}
     launch.environ, launch.checked = agree(env, wanted, _why(identity, world), meaning)
-    return launch
+    return _said(launch, identity)
 
 
 def _agent(launch: Launch, identity: Identity, settings: ClusterSettings,
@@ -390,7 +394,7 @@ def plan_jax(identity: Identity, settings: ClusterSettings, env: Mapping[str, st
         launch.arguments["local_device_ids"] = list(visible)
     elif identity.engine != "slurm" and (jax is None or jax >= DEACTIVATE_FROM):
         launch.arguments["cluster_detection_method"] = "deactivate"
-    return launch
+    return _said(launch, identity)
 
 
 def refusals(framework: str, settings: ClusterSettings) -> list[tuple[str, str]]:
@@ -398,9 +402,15 @@ def refusals(framework: str, settings: ClusterSettings) -> list[tuple[str, str]]
     return [(n, why) for n, why in REFUSED.get(framework, {}).items() if n in settings.given]
 
 
-def line(launch: Launch, identity: Identity) -> str:
+def _said(launch: Launch, identity: Identity) -> Launch:
+    launch.text = _line(launch, identity)
+    return launch
+
+
+def _line(launch: Launch, identity: Identity) -> str:
     """The one log line: rank of N, rendezvous, what was set or checked, with sources."""
     world = launch.world
+    assert world is not None
     what = _why(identity, world)
     src = identity.sources
     port = f" (port: {src['port']})" if "port" in src else ""
