@@ -239,14 +239,17 @@ def test_nccl_adds_its_headroom_with_several_gpus(tmp_path: Path, capsys) -> Non
     assert 'on 2 GPUs (gpu-fraction-num-devices: "2")' in finding["message"]
     assert "minus 2560 MiB of headroom for TensorFlow" in finding["message"]
     assert (
-        "and 1024 MiB for NCCL: 2 GPUs granted; PyTorch and JAX need 2048 MiB" in finding["message"]
+        "and 1024 MiB for NCCL: several GPUs visible; PyTorch and JAX need 2048 MiB"
+        in finding["message"]
     )
     assert "TensorFlow 5632 MiB, PyTorch and JAX 6144 MiB" in finding["message"]
 
 
 def test_nccl_headroom_under_distributed_on_one_gpu(tmp_path: Path, capsys) -> None:
-    """Any cap leaving less than PyTorch's 1024 + NCCL's 1024 warns under DISTRIBUTED."""
-    pod = kai_pod({"gpu-memory": "8192"}, ("MEMORY_LIMIT_MB", "6656"), ("DISTRIBUTED", "auto"))
+    """Any cap leaving less than PyTorch's 1024 + NCCL's 1024 warns where DISTRIBUTED finds an
+    engine in the Pod's variables, as at import (an Indexed Job's index comes at run time)."""
+    pod = kai_pod({"gpu-memory": "8192"}, ("MEMORY_LIMIT_MB", "6656"), ("DISTRIBUTED", "auto"),
+                  ("DIST_TASKS", "2"), ("DIST_HOSTS", "worker=w-{i}.train"))  # fmt: skip
     pod["spec"]["containers"][0]["volumeMounts"].append({"name": "shm", "mountPath": "/dev/shm"})
     pod["spec"]["volumes"].append(
         {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}}
@@ -258,7 +261,7 @@ def test_nccl_headroom_under_distributed_on_one_gpu(tmp_path: Path, capsys) -> N
         "1536 MiB left" in finding["message"] and "the 2048 MiB any framework" in finding["message"]
     )
     assert "set MEMORY_LIMIT_MB to 5632 or less" in finding["hint"]
-    assert "1024 MiB for NCCL: DISTRIBUTED=auto" in finding["hint"]
+    assert "1024 MiB for NCCL: DISTRIBUTED=auto found k8s" in finding["hint"]
 
 
 def test_a_cap_over_the_share_is_an_error(tmp_path: Path, capsys) -> None:

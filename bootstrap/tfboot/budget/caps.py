@@ -69,12 +69,18 @@ def headroom(settings: Settings, env: Mapping[str, str], declared: Headroom | No
         return Headroom(settings.memory_headroom_mb, f"{HEADROOM}={settings.given[HEADROOM][0]}")
     if declared is None:
         raise KeyError(f"no GPU headroom declared for {framework} (its adapter's HEADROOM)")
+    return with_nccl(declared, nccl_reason(settings, env))
+
+
+def nccl_reason(settings: Settings, env: Mapping[str, str]) -> str:
+    """Why NCCL will run in this process ("": it will not): an engine forms a group, or
+    several GPUs are visible (``VISIBLE_GPU`` naming one leaves one)."""
     visible = settings.visible_gpu
     nccl = _group(settings.distributed, settings.cluster, env)
     shares = len(settings.share.per_gpu) if settings.share is not None else 0
     if not nccl and (visible is None or len(visible) > 1) and several_gpus(env, shares):
         nccl = "several GPUs visible"
-    return with_nccl(declared, nccl)
+    return nccl
 
 
 def _group(mode: str, cluster: ClusterSettings | None, env: Mapping[str, str]) -> str:

@@ -5,8 +5,8 @@ Offline, the framework a container will run is read from its spec where the spec
 checker advises keeps TensorFlow's headroom, the largest (its adapter's ``HEADROOM``), so it is
 safe for any framework, and the messages say so and what PyTorch and JAX need; the
 no-headroom warning fires only below the smallest headroom any framework needs. NCCL's
-share is added where NCCL will run: several GPUs granted, or ``DISTRIBUTED`` other than
-``off``. The container's
+share is added where NCCL will run, as the import decides it: an engine forms a group
+(``DISTRIBUTED`` finds one in the Pod's variables), or several GPUs are granted. The container's
 own ``MEMORY_HEADROOM_MB`` replaces every figure, as it does at run time.
 """
 
@@ -17,15 +17,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..budget.caps import Headroom, with_nccl
+from ..budget.caps import nccl_reason as caps_nccl_reason
 from ..budget.roles import NAMES
-from ..cluster import MODES
+from ..cluster import NAMES as CLUSTER_NAMES
 from ..errors import ConfigError
 from ..frameworks import HEADROOMS
 from ..settings import HEADROOM as VARIABLE
-from ..settings import parse_variable
+from ..settings import parse_variable, resolve
 from .framework import framework_of, judged
 
 ADVISED = "tensorflow"  # the framework whose headroom an advised cap keeps: the largest
+RUNTIME_GPUS = "NVIDIA_VISIBLE_DEVICES"  # how the NVIDIA runtime lists a container's GPUs
+NCCL_NAMES = ("DISTRIBUTED", "VISIBLE_GPU", *CLUSTER_NAMES)  # what decides where NCCL runs
 
 
 @dataclass(frozen=True)
@@ -63,11 +66,18 @@ class Advice:
 
 
 def nccl_reason(env: Mapping[str, str], gpus: int) -> str:
-    """Why NCCL will run in this container ("" when it will not)."""
-    mode = env.get("DISTRIBUTED", "").strip()
-    if mode.lower() in MODES and mode.lower() != "off":
-        return f"DISTRIBUTED={mode}"
-    return f"{gpus} GPUs granted" if gpus > 1 else ""
+    """Why NCCL will run in this container ("" when it will not), decided as its import
+    decides (``budget.caps.nccl_reason``) over what the container will see at run time: its
+    variables, the ``gpus`` GPUs granted as the NVIDIA runtime lists them, and an Indexed
+    Job's completion index. Invalid cluster variables are reported as such: "" here."""
+    runtime = {**env, "JOB_COMPLETION_INDEX": env.get("JOB_COMPLETION_INDEX") or "0"}
+    if gpus and not env.get(RUNTIME_GPUS, "").strip():
+        runtime[RUNTIME_GPUS] = ",".join(str(index) for index in range(gpus))
+    try:
+        settings = resolve(runtime, NCCL_NAMES)
+    except ConfigError:
+        return ""
+    return caps_nccl_reason(settings, runtime)
 
 
 def _given(env: Mapping[str, str]) -> tuple[int, str] | None:
