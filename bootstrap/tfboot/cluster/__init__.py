@@ -1,8 +1,15 @@
 """Multi-worker clusters: each task's ``TF_CONFIG``, built or checked at ``import tensorflow``.
 
 Only the variable names live here, so the settings and the ``.env`` reader know them;
-the modules that read them load only when ``DISTRIBUTED`` is not ``off``.
+the modules that read them load only when ``DISTRIBUTED`` is not ``off``. The launchers'
+runs are here too (``RUNS``): the usage report groups a job's processes by them whatever
+``DISTRIBUTED`` is, and loads no cluster code for it.
 """
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 # The variables read only when DISTRIBUTED is not off (DISTRIBUTED itself is in the contract).
 NAMES = (
@@ -18,3 +25,31 @@ NAMES = (
 MODES = ("off", "auto", "k8s", "slurm")
 # TensorFlow's task types, in the order Slurm ranks fill them.
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
+
+TORCHRUN = "TORCHELASTIC_RUN_ID"  # set by torchrun (torch.distributed.run) for its workers
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run a launcher names for processes that share no parent: the variables that name
+    it (all set, or no such run), and the one whose value is 0 (or unset) in the process
+    that leads it."""
+
+    prefix: str
+    names: tuple[str, ...]
+    rank: str
+
+    def of(self, env: Mapping[str, str]) -> tuple[str, bool] | None:
+        """This process's run (its id, whether this process leads), or None: not this run."""
+        values = [env.get(name, "").strip() for name in self.names]
+        if not all(values):
+            return None
+        return f"{self.prefix}{'.'.join(values)[:100]}", env.get(self.rank, "0").strip() in (
+            "",
+            "0",
+        )
+
+
+# A Slurm step's tasks (task 0 leads), a torchrun's ranks (rank 0 leads), in that order.
+RUNS = (Run("slurm-", ("SLURM_JOB_ID", "SLURM_STEP_ID"), "SLURM_PROCID"),
+        Run("torchrun-", (TORCHRUN,), "RANK"))  # fmt: skip

@@ -34,13 +34,13 @@ from typing import Any
 from ..errors import ConfigError, Problem
 from ..provenance import user_value
 from ..values import digits, quote
+from . import TORCHRUN
 from .engines import Identity
 from .proxy import proxy_warning
 from .variables import ClusterSettings
 from .watcher import TERM_GRACE_S
 from .world import World, world_of
 
-TORCHRUN = "TORCHELASTIC_RUN_ID"  # set by torchrun (torch.distributed.run) for its workers
 AGENT = "torchrun's agent"  # the launcher of a Launch made for torchrun itself
 RDZV_CONF = "PET_RDZV_CONF"  # torchrun's --rdzv-conf
 AGENT_MODULES = ("torch.distributed.run", "torch.distributed.launch")  # torchrun's, run by -m

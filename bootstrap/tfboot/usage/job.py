@@ -8,9 +8,9 @@ processes, its *members*, leave their final records; at its end it reads them, s
 ``used:`` line and its suggestion cover every process of the job (the ranks hold the
 GPUs). Members log their line at debug only.
 
-Processes that share no parent still form one job when a launcher says so: the tasks of a
-Slurm step (``SLURM_JOB_ID``, ``SLURM_STEP_ID``; task 0 leads) and the ranks of a
-``torchrun`` whose launcher reported nothing (``TORCHELASTIC_RUN_ID``; rank 0 leads).
+Processes that share no parent still form one job when a launcher says so
+(``cluster.RUNS``): the tasks of a Slurm step (task 0 leads) and the ranks of a
+``torchrun`` whose launcher reported nothing (rank 0 leads).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from ..cluster import RUNS
 from ..provenance import TFBOOT, writer
 from .schema import Unusable, read
 
@@ -75,13 +76,7 @@ def _alive(pid: int) -> bool:
 
 def _launcher(env: Mapping[str, str]) -> tuple[str, bool] | None:
     """A run a launcher names for processes that share no parent: (id, whether this one leads)."""
-    job, step = env.get("SLURM_JOB_ID", "").strip(), env.get("SLURM_STEP_ID", "").strip()
-    if job and step:
-        return f"slurm-{job}.{step}", env.get("SLURM_PROCID", "0").strip() in ("", "0")
-    torch = env.get("TORCHELASTIC_RUN_ID", "").strip()
-    if torch:
-        return f"torchrun-{torch[:100]}", env.get("RANK", "0").strip() in ("", "0")
-    return None
+    return next((found for run in RUNS if (found := run.of(env)) is not None), None)
 
 
 def identify(env: Mapping[str, str]) -> Job:

@@ -16,11 +16,12 @@ import os
 import re
 from typing import Any
 
+from ..cluster import RUNS
 from .measure import MIB
 
 PACKAGE = "prometheus_client"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-LAUNCHED = ("slurm-", "torchrun-")  # the runs a launcher names (``job._launcher``)
+LAUNCHED = tuple(run.prefix for run in RUNS)  # the runs a launcher names
 MAX_NAME = 200  # of a textfile's name, well inside a file system's 255 bytes
 _QUANTITY = re.compile(r"^([0-9.]+)(m|Mi)?$")
 
