@@ -25,7 +25,8 @@ put on the work would be in every one of its runs, the minimum included.
 
 The cases:
 
-- ``numpy N MiB``: NumPy temporaries of N MiB after ``import torch`` (three arrays a step);
+- ``numpy N MiB``: NumPy temporaries of N MiB after ``import torch`` (three arrays a step;
+  4 and 48 MiB on either side of glibc's largest dynamic threshold, 32 MiB, besides 1, 8, 24, 64);
 - ``torch MLP``: a PyTorch CPU training step (batch 4096, 256-1024-1024-10, Adam);
 - ``keras/tensorflow``, ``keras/jax``: Keras 3 ``fit`` from NumPy arrays (8192 rows, the same
   model shape), one epoch a step, on each backend;
@@ -156,8 +157,10 @@ print(json.dumps({"wall": wall, "faults": after.ru_minflt - before.ru_minflt, "a
 # name -> (the workload's case, timed steps)
 CASES = {  # each side's timed steps take some seconds: a shorter window is mostly noise
     "numpy 1 MiB": ("numpy:1", 3000),
+    "numpy 4 MiB": ("numpy:4", 1500),
     "numpy 8 MiB": ("numpy:8", 800),
     "numpy 24 MiB": ("numpy:24", 300),
+    "numpy 48 MiB": ("numpy:48", 200),
     "numpy 64 MiB": ("numpy:64", 150),
     "torch MLP": ("torch", 30),
     "keras/tensorflow": ("keras:tensorflow", 8),

@@ -99,23 +99,25 @@ def import_cost(runs: int) -> None:
 
 def cluster_step_s(ports: list[int], repeat: int = 20) -> float:
     """Median time of the cluster step as the import hook runs it, in this process."""
-    import faulthandler
     import time
 
-    from tfboot.adapters import Plan
+    from tfboot.adapters.tensorflow import LAUNCH, NAME
     from tfboot.cluster.plan import plan_cluster
     from tfboot.cluster.watcher import watch
+    from tfboot.settings import resolve
 
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
-        cluster = plan_cluster("k8s", base_env(cluster_env(0, ports)), Plan("TensorFlow"), 0)
-        child = watch(cluster.peers, 600, quiet=True)
+        env = base_env(cluster_env(0, ports))
+        settings = resolve(env)
+        assert settings.cluster is not None
+        cluster = plan_cluster(LAUNCH, NAME, "k8s", settings.cluster, env, {"replicas": 1})
+        watcher = watch(cluster.peers, 600, quiet=True)
         times.append(time.perf_counter() - start)
-        faulthandler.cancel_dump_traceback_later()
-        if child is not None:
-            child.kill()
-            child.wait()
+        if watcher is not None:
+            watcher.child.kill()
+            watcher.child.wait()
     return statistics.median(times)
 
 
