@@ -4,10 +4,11 @@ Offline, the framework a container will run is read from its spec where the spec
 (``kube.framework``): the headroom is then that framework's. Where it does not, a cap the
 checker advises keeps TensorFlow's headroom, the largest (its adapter's ``HEADROOM``), so it is
 safe for any framework, and the messages say so and what PyTorch and JAX need; the
-no-headroom warning fires only below the smallest headroom any framework needs. NCCL's
-share is added where NCCL will run, as the import decides it: an engine forms a group
-(``DISTRIBUTED`` finds one in the Pod's variables), or several GPUs are granted. The container's
-own ``MEMORY_HEADROOM_MB`` replaces every figure, as it does at run time.
+no-headroom warning fires only below the smallest headroom any framework needs. Each
+framework's figure comes from the function the import calls (``budget.caps.headroom``),
+given what the container will see at run time: NCCL's share is added where an engine forms
+a group (``DISTRIBUTED`` finds one in the Pod's variables) or several GPUs are granted, and
+the container's own ``MEMORY_HEADROOM_MB`` replaces every figure.
 """
 
 from __future__ import annotations
@@ -16,14 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..budget.caps import Headroom, with_nccl
-from ..budget.caps import nccl_reason as caps_nccl_reason
+from ..budget.caps import Headroom, headroom
 from ..budget.roles import NAMES
 from ..cluster import NAMES as CLUSTER_NAMES
 from ..errors import ConfigError
 from ..frameworks import HEADROOMS
 from ..settings import HEADROOM as VARIABLE
-from ..settings import parse_variable, resolve
+from ..settings import Settings, resolve
 from .framework import framework_of, judged
 
 ADVISED = "tensorflow"  # the framework whose headroom an advised cap keeps: the largest
@@ -65,51 +65,50 @@ class Advice:
         return ", ".join(f"{names} {share - mib} MiB" for names, mib in self.rooms)
 
 
-def nccl_reason(env: Mapping[str, str], gpus: int) -> str:
-    """Why NCCL will run in this container ("" when it will not), decided as its import
-    decides (``budget.caps.nccl_reason``) over what the container will see at run time: its
-    variables, the ``gpus`` GPUs granted as the NVIDIA runtime lists them, and an Indexed
-    Job's completion index. Invalid cluster variables are reported as such: "" here."""
+def _runtime(env: Mapping[str, str], gpus: int) -> dict[str, str]:
+    """What the container will see at run time: its variables, the ``gpus`` GPUs granted as
+    the NVIDIA runtime lists them, and an Indexed Job's completion index."""
     runtime = {**env, "JOB_COMPLETION_INDEX": env.get("JOB_COMPLETION_INDEX") or "0"}
     if gpus and not env.get(RUNTIME_GPUS, "").strip():
         runtime[RUNTIME_GPUS] = ",".join(str(index) for index in range(gpus))
-    try:
-        settings = resolve(runtime, NCCL_NAMES)
-    except ConfigError:
-        return ""
-    return caps_nccl_reason(settings, runtime)
+    return runtime
 
 
-def _given(env: Mapping[str, str]) -> tuple[int, str] | None:
-    """The container's own ``MEMORY_HEADROOM_MB``; None when unset or invalid (an invalid
-    value is reported as config-invalid)."""
-    try:
-        mib = parse_variable(env, VARIABLE)
-    except ConfigError:
-        return None
-    if mib is None:
-        return None
-    return mib, f"{VARIABLE}={env[VARIABLE].strip()}, the container's own"
-
-
-def _rooms(nccl: str) -> tuple[tuple[str, int], ...]:
-    """Each framework's default headroom, frameworks of one figure named together."""
-    by_mib: dict[int, list[str]] = {}
-    for module in (ADVISED, *(m for m in HEADROOMS if m != ADVISED)):
-        by_mib.setdefault(with_nccl(HEADROOMS[module], nccl).mib, []).append(NAMES[module])
-    return tuple((" and ".join(names), mib) for mib, names in by_mib.items())
+def _settings(runtime: Mapping[str, str]) -> Settings:
+    """The contract's variables that decide a headroom, as the import parses them; an invalid
+    one is reported as config-invalid, and is read here as unset."""
+    for names in ((*NCCL_NAMES, VARIABLE), NCCL_NAMES, ()):
+        try:
+            return resolve(runtime, names)
+        except ConfigError:
+            continue
+    return resolve({}, ())
 
 
 def advice(env: Mapping[str, str], gpus: int, spec: Mapping[str, Any] | None = None) -> Advice:
     """The headroom below a share for a container with ``env`` and ``gpus`` GPUs granted,
-    for the framework its ``spec`` names (``kube.framework``), else TensorFlow's."""
-    given = _given(env)
-    if given is not None:
-        return Advice(Headroom(*given), (("every framework", given[0]),), True)
-    nccl = nccl_reason(env, gpus)
+    for the framework its ``spec`` names (``kube.framework``), else TensorFlow's: each
+    framework's as its import keeps it (``budget.caps.headroom``: the container's own
+    ``MEMORY_HEADROOM_MB``, else the figure its adapter declares, NCCL's added where it will
+    run)."""
+    runtime = _runtime(env, gpus)
+    settings = _settings(runtime)
+
+    def room(module: str) -> Headroom:
+        return headroom(settings, runtime, HEADROOMS[module], NAMES[module])
+
+    if settings.memory_headroom_mb is not None:
+        given = room(ADVISED)
+        mib = given.mib
+        return Advice(Headroom(mib, f"{given.why}, the container's own"),
+                      (("every framework", mib),), True)  # fmt: skip
     found = framework_of(spec or {}, env)
     if found is None:
-        return Advice(with_nccl(HEADROOMS[ADVISED], nccl), _rooms(nccl), judged=judged(None))
+        by_mib: dict[int, list[str]] = {}
+        for module in (ADVISED, *(m for m in HEADROOMS if m != ADVISED)):
+            by_mib.setdefault(room(module).mib, []).append(NAMES[module])
+        rooms = tuple((" and ".join(names), mib) for mib, names in by_mib.items())
+        return Advice(room(ADVISED), rooms, judged=judged(None))
     module = found[0]
-    room = with_nccl(HEADROOMS[module], nccl)
-    return Advice(room, ((NAMES[module], room.mib),), framework=module, judged=judged(found))
+    return Advice(room(module), ((NAMES[module], room(module).mib),), framework=module,
+                  judged=judged(found))  # fmt: skip
