@@ -44,10 +44,8 @@ class Run:
         values = [env.get(name, "").strip() for name in self.names]
         if not all(values):
             return None
-        return f"{self.prefix}{'.'.join(values)[:100]}", env.get(self.rank, "0").strip() in (
-            "",
-            "0",
-        )
+        lead = env.get(self.rank, "0").strip() in ("", "0")
+        return f"{self.prefix}{'.'.join(values)[:100]}", lead
 
 
 # A Slurm step's tasks (task 0 leads), a torchrun's ranks (rank 0 leads), in that order.

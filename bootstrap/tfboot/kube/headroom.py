@@ -77,12 +77,12 @@ def _runtime(env: Mapping[str, str], gpus: int) -> dict[str, str]:
 def _settings(runtime: Mapping[str, str]) -> Settings:
     """The contract's variables that decide a headroom, as the import parses them; an invalid
     one is reported as config-invalid, and is read here as unset."""
-    for names in ((*NCCL_NAMES, VARIABLE), NCCL_NAMES, ()):
+    for names in ((*NCCL_NAMES, VARIABLE), NCCL_NAMES):
         try:
             return resolve(runtime, names)
         except ConfigError:
             continue
-    return resolve({}, ())
+    return resolve({}, ())  # every one invalid: none read
 
 
 def advice(env: Mapping[str, str], gpus: int, spec: Mapping[str, Any] | None = None) -> Advice:
@@ -110,5 +110,5 @@ def advice(env: Mapping[str, str], gpus: int, spec: Mapping[str, Any] | None = N
         rooms = tuple((" and ".join(names), mib) for mib, names in by_mib.items())
         return Advice(room(ADVISED), rooms, judged=judged(None))
     module = found[0]
-    return Advice(room(module), ((NAMES[module], room(module).mib),), framework=module,
-                  judged=judged(found))  # fmt: skip
+    own = room(module)
+    return Advice(own, ((NAMES[module], own.mib),), framework=module, judged=judged(found))
