@@ -16,7 +16,7 @@ from ..errors import ConfigError, Problem
 from .engines import Identity
 from .launch import Launch
 from .proxy import proxy_warning
-from .tfconfig import VARIABLE
+from .tfconfig import VARIABLE, TfConfig
 from .variables import ClusterSettings
 
 FRAMEWORK = "TensorFlow"
@@ -36,7 +36,7 @@ def plan_tensorflow(identity: Identity, settings: ClusterSettings, env: Mapping[
     launch = Launch(FRAMEWORK, None)
     if identity.build:
         launch.environ[VARIABLE] = config.to_json()
-    _check_size(launch, identity, settings, mode)
+    _check_size(launch, config, settings, mode)
     replicas: int | None = facts.get("replicas")
     if replicas is not None:
         launch.local_replicas = replicas
@@ -84,11 +84,10 @@ def _line(launch: Launch, identity: Identity, settings: ClusterSettings) -> str:
     return "; ".join(parts)
 
 
-def _check_size(launch: Launch, identity: Identity, settings: ClusterSettings, mode: str) -> None:
+def _check_size(launch: Launch, config: TfConfig, settings: ClusterSettings, mode: str) -> None:
     """A built ``TF_CONFIG`` must fit in one environment string, or no child could start."""
     size = len(launch.environ.get(VARIABLE, "").encode())
-    config = identity.config
-    if size <= MAX_TF_CONFIG_BYTES or config is None:
+    if size <= MAX_TF_CONFIG_BYTES:
         return
     given = settings.given.get("DIST_TASKS")
     name, value = ("DIST_TASKS", given[0]) if given else ("DISTRIBUTED", mode)

@@ -12,9 +12,10 @@ no privileges; an older driver's library lacks the call, and then none is read.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 LIBRARY = "libnvidia-ml.so.1"
@@ -69,6 +70,25 @@ def _load(env: Mapping[str, str] | None) -> ctypes.CDLL | None:
         return None
 
 
+@contextlib.contextmanager
+def _initialised(env: Mapping[str, str] | None) -> Iterator[ctypes.CDLL | None]:
+    """NVML loaded and initialised for the block, shut down after it; None where no library
+    loads or it does not initialise (no driver)."""
+    nvml = _load(env)
+    try:
+        if nvml is not None:
+            _check("nvmlInit_v2", nvml.nvmlInit_v2())
+    except (AttributeError, OSError):
+        nvml = None
+    if nvml is None:
+        yield None
+        return
+    try:
+        yield nvml
+    finally:
+        nvml.nvmlShutdown()
+
+
 def read_inventory(env: Mapping[str, str] | None = None) -> Inventory:
     """The GPUs' total memory; an empty inventory where no NVML library loads."""
     nvml = _load(env)
@@ -121,24 +141,18 @@ def process_memory(pid: int, env: Mapping[str, str] | None = None) -> dict[int, 
     Inside a container NVML lists host PIDs, so a process in its own PID namespace is
     usually not found: then nothing is claimed.
     """
-    nvml = _load(env)
-    if nvml is None:
-        return {}
-    try:
-        _check("nvmlInit_v2", nvml.nvmlInit_v2())
-    except (AttributeError, OSError):
-        return {}
-    found = {}
-    try:
-        for index, handle in enumerate(_handles(nvml)):
-            for process in _processes(nvml, handle):
-                if process.pid == pid and process.usedGpuMemory != NOT_AVAILABLE:
-                    found[index] = found.get(index, 0) + process.usedGpuMemory
-    except (AttributeError, OSError):
-        return {}
-    finally:
-        nvml.nvmlShutdown()
-    return found
+    with _initialised(env) as nvml:
+        if nvml is None:
+            return {}
+        found = {}
+        try:
+            for index, handle in enumerate(_handles(nvml)):
+                for process in _processes(nvml, handle):
+                    if process.pid == pid and process.usedGpuMemory != NOT_AVAILABLE:
+                        found[index] = found.get(index, 0) + process.usedGpuMemory
+        except (AttributeError, OSError):
+            return {}
+        return found
 
 
 def _processes(nvml: ctypes.CDLL, handle: ctypes.c_void_p) -> list[_Process]:
@@ -182,26 +196,20 @@ def memory_limits(cgroup: str, env: Mapping[str, str] | None = None) -> dict[int
     """The hard limit NVML holds for the cgroup directory ``cgroup`` on each GPU that has one,
     in bytes by NVML index; None where no NVML loads, its library lacks the call (a driver
     before 615) or it fails."""
-    nvml = _load(env)
-    function = getattr(nvml, "nvmlDeviceGetMemoryLimits_v1", None) if nvml else None
-    if nvml is None or function is None:
-        return None
-    try:
-        _check("nvmlInit_v2", nvml.nvmlInit_v2())
-    except (AttributeError, OSError):
-        return None
-    found: dict[int, int] = {}
-    try:
-        for index, handle in enumerate(_handles(nvml)):
-            limits = _Limits(os.fsencode(cgroup), 0, 0, 0)
-            status = function(handle, ctypes.byref(limits))
-            if status in NO_LIMITS_STATUSES:
-                continue
-            _check("nvmlDeviceGetMemoryLimits_v1", status)
-            if 0 < limits.hardLimit < NO_LIMIT:
-                found[index] = limits.hardLimit
-    except (AttributeError, OSError):
-        return None
-    finally:
-        nvml.nvmlShutdown()
-    return found
+    with _initialised(env) as nvml:
+        function = getattr(nvml, "nvmlDeviceGetMemoryLimits_v1", None)
+        if function is None:
+            return None
+        found: dict[int, int] = {}
+        try:
+            for index, handle in enumerate(_handles(nvml)):
+                limits = _Limits(os.fsencode(cgroup), 0, 0, 0)
+                status = function(handle, ctypes.byref(limits))
+                if status in NO_LIMITS_STATUSES:
+                    continue
+                _check("nvmlDeviceGetMemoryLimits_v1", status)
+                if 0 < limits.hardLimit < NO_LIMIT:
+                    found[index] = limits.hardLimit
+        except (AttributeError, OSError):
+            return None
+        return found
