@@ -19,7 +19,7 @@ import pytest
 from support import decision, problem_text, run_python, tf_plan
 from tfboot import resolve
 from tfboot.budget.hostmemory import host_memory
-from tfboot.budget.malloc import HOLD_AT, TRIM_AT, Watch, release
+from tfboot.budget.malloc import HOLD_AT, KEEP, TRIM_AT, release
 from tfboot.node.allocator import Allocator, read_allocator
 from tfboot.node.cpu import CpuBudget
 from tfboot.node.hostmem import MemoryBudget
@@ -74,26 +74,25 @@ def test_under_a_limit_the_governor_watches_the_cgroup() -> None:
     found = decide({})
     assert found is not None and found.watch is not None
     mib = 1 << 20
-    assert (found.watch.limit, found.watch.trim_at, found.watch.hold_at) == (
-        600 * mib, int(600 * mib * TRIM_AT), int(600 * mib * HOLD_AT))  # fmt: skip
-    assert found.watch.limit_file == "/sys/fs/cgroup/memory.max"
-    assert "the cgroup's working set watched against 600 MiB" in found.why
+    levels = found.watch.levels
+    assert (levels.limit, levels.trim_at, levels.hold_at, levels.keep) == (
+        600 * mib, int(600 * mib * TRIM_AT), int(600 * mib * HOLD_AT), int(600 * mib * KEEP))  # fmt: skip
+    assert found.watch.limit_file == "/sys/fs/cgroup/memory.max" and found.watch.follows
+    assert "the cgroup's working set (page cache and /dev/shm read apart) watched against its " \
+        "limit, 600 MiB now" in found.why  # fmt: skip
     assert "HOST_MEMORY_LIMIT_MB=auto: 600 MiB from /sys/fs/cgroup/memory.max" in found.why
-    assert "below 65% glibc 2.36 keeps freed memory for reuse (trim threshold 120 MiB" in found.why
+    assert "below 65% glibc 2.36 keeps freed memory for reuse, at most 4% of the limit (24 MiB" \
+        in found.why  # fmt: skip
     assert "HOST_MEMORY_RELEASE=false leaves malloc alone" in found.why
 
 
-def test_what_is_kept_follows_the_limit_within_glibcs_own_and_an_int() -> None:
-    assert Watch(600 << 20, 0, 0, "").keep == 120 << 20  # a fifth of the limit
-    assert Watch(256 << 20, 0, 0, "").keep == 64 << 20  # never under glibc's own end
-    assert Watch(64 << 30, 0, 0, "").keep == 1 << 30  # never past what mallopt takes
-
-
-def test_a_given_limit_counts_as_a_budget_too() -> None:
-    found = decide({"HOST_MEMORY_LIMIT_MB": "4096"}, memory=MemoryBudget(None, ""))
+@pytest.mark.parametrize("memory", [MemoryBudget(None, ""), LIMIT])
+def test_a_given_figure_watches_this_process_tree_in_a_container_or_not(memory) -> None:
+    found = decide({"HOST_MEMORY_LIMIT_MB": "4096"}, memory=memory)
     assert found is not None and found.watch is not None and found.watch.limit_file == ""
-    assert "this process's resident set watched" in found.why
-    assert "HOST_MEMORY_LIMIT_MB=4096 (env)" in found.why
+    assert not found.watch.follows  # a figure does not move with the cgroup
+    assert "the resident sets of this process and its descendants watched against 4096 MiB " \
+        "(HOST_MEMORY_LIMIT_MB=4096 (env); the figure is this process tree's" in found.why  # fmt: skip
 
 
 @pytest.mark.parametrize("env", [{}, {"HOST_MEMORY_LIMIT_MB": "host"}])
@@ -222,13 +221,15 @@ def test_the_info_line_says_it(tmp_path: Path) -> None:
     result = run_python("import torch", {"HOST_MEMORY_LIMIT_MB": "2048"})
     assert result.returncode == 0, result.stderr
     assert (
-        "freed host memory kept while plentiful, returned to the kernel when short: this "
-        "process's resident set" in result.stderr
+        "freed host memory kept while plentiful, returned to the kernel when short: the "
+        "resident sets of this process and its descendants watched against 2048 MiB"
+        in result.stderr
     )
-    assert "(HOST_MEMORY_LIMIT_MB=2048 (env)); below 65% glibc " in result.stderr
-    assert "keeps freed memory for reuse (trim threshold 409 MiB, mmap threshold 32 MiB: " in (
+    assert "(HOST_MEMORY_LIMIT_MB=2048 (env); the figure is this process tree's, in a " in (
         result.stderr
     )
+    assert "keeps freed memory for reuse, at most 4% of the limit (81 MiB now: its trim " \
+        "threshold, mmap threshold 32 MiB; " in result.stderr  # fmt: skip
     assert "each then page-faulted afresh, while memory stays short" in result.stderr
 
 

@@ -110,9 +110,10 @@ class TestPlan:
 
     def test_a_number_wins_over_the_cgroup(self) -> None:
         plan = plan_for({"HOST_MEMORY_LIMIT_MB": "2048"}, LIMIT_4G, NO_QUOTA)
-        # (1228 - 500) // 3: the working set is the container's, the limit the number's
+        # 1228 // 3: a figure is this process tree's budget, its working set read as each
+        # pipeline starts (limit_file ""), not the container's 500 MiB
         assert data_defaults(plan) == DataDefaults(
-            ram_budget_mib=242, limit_mib=2048, limit_file="/sys/fs/cgroup/memory.max"
+            ram_budget_mib=409, limit_mib=2048, limit_file=""
         )
         assert "HOST_MEMORY_LIMIT_MB=2048 (env)" in decision(plan, "tf.data defaults")
 

@@ -97,14 +97,17 @@ def host_memory(settings: Settings, cpu: CpuBudget, memory: MemoryBudget) -> Hos
         found = f"{limit} MiB from {memory.source}" if limit else "no container memory limit"
         origin = f"HOST_MEMORY_LIMIT_MB=auto: {found}"
     cpus = _data_cpus(settings, cpu)
-    ram = ram_budget(limit, memory.working_mib) if limit is not None else None
+    # A figure is this process tree's budget, in a container or not: its working set is the
+    # tree's, read as each pipeline starts (limit_file ""), not the container's.
+    working = None if isinstance(choice, int) else memory.working_mib
+    ram = ram_budget(limit, working) if limit is not None else None
     initial = cpus if cpus is not None and cpus < TF_INITIAL_PARALLELISM else None
     if ram is None and cpus is None:
         return HostMemory(None, "no memory limit or CPU quota found", None)
     reasons = []
     if ram is not None:
-        working = "unread" if memory.working_mib is None else f"{memory.working_mib} MiB now"
-        reasons.append(f"RAM a third of the room between the working set ({working}, read again as "
+        now = "unread" if working is None else f"{working} MiB now"
+        reasons.append(f"RAM a third of the room between the working set ({now}, read again as "
                        f"each pipeline starts) and {LIVE_AT:.0%} of {origin}, at least a "
                        f"{FLOOR_SHARE}nd of it")  # fmt: skip
     if cpus is not None:
@@ -113,7 +116,8 @@ def host_memory(settings: Settings, cpu: CpuBudget, memory: MemoryBudget) -> Hos
             if isinstance(settings.cpu_threads, int)
             else f"CPUs the quota's, {cpu.quota:g} from {cpu.quota_source}, rounded up"
         )
-    defaults = DataDefaults(ram, cpus, initial, limit, memory.source)
+    defaults = DataDefaults(ram, cpus, initial, limit,
+                            "" if isinstance(choice, int) else memory.source)  # fmt: skip
     return HostMemory(limit, origin, defaults, tuple(reasons), warnings)
 
 

@@ -14,16 +14,28 @@ runtime keeps freed spans until its scavenger returns them against ``GOMEMLIMIT`
 
 - while memory is plentiful, glibc's mmap threshold is set where its own adjustment ends
   (``KEEP_MMAP``, 32 MiB: larger blocks are mapped and unmapped as glibc's default does)
-  and its trim threshold to ``KEEP`` of the limit (from ``LOOSE_TRIM`` to ``KEEP_MAX``):
-  freed memory stays for the next step instead of being faulted in again. Nothing else is
-  paid: a watcher (``executor.governor``) reads the working set against the limit, paced by
-  the distance to it;
+  and its trim threshold to ``KEEP`` of the limit: freed memory stays for the next step
+  instead of being faulted in again. ``KEEP`` is under the 5% of the limit a job that lives
+  without tfboot has to spare, and glibc applies it in ``free`` itself: what is kept at a
+  heap's top never needs a thread to come back, so a burst inside one call that holds the
+  interpreter lock (``json.loads``, ``bytes * n``), when the governor cannot run, finds no
+  more kept than that. What the top cannot give back (free blocks below a live one) is
+  counted (``mallinfo2``) at the governor's readings and trimmed once past ``KEEP``;
+- the levels follow the limit in force (``Levels.of``): a resize moves them all at the
+  next reading, and what is kept over the new ``KEEP`` is given back then;
 - from ``TRIM_AT`` of the limit, the trim threshold goes back to glibc's own
-  (``LOOSE_TRIM``), and ``malloc_trim(0)`` gives the free pages of every arena back, paced
-  so that a process that lives there does not pay it on every block;
+  (``LOOSE_TRIM``, or ``KEEP`` where lower), and ``malloc_trim(0)`` gives the free pages of
+  every arena back, paced so that a process that lives there does not pay it on every block;
 - from ``HOLD_AT``, glibc's mmap threshold is fixed at ``MMAP_THRESHOLD`` as well (freed
   large blocks unmapped at once), and trims follow the working set closely; once the
-  working set has stayed under ``TRIM_AT`` for ``CALM_S``, memory is kept again.
+  working set has stayed under ``TRIM_AT`` for ``CALM_S``, memory is kept again. Only where a
+  heap fills the limit: page cache (the kernel reclaims it itself) and shared memory
+  (``/dev/shm``: only deleting its files frees it) are read apart (``node.workingset``) and
+  never start a hold, as no trim can give them back.
+
+What is watched: the container's cgroup (its limit, read again at each reading, and its
+working set) under ``HOST_MEMORY_LIMIT_MB=auto``; this process and its descendants under a
+figure, in a container or not, as the figure is the budget of what runs here.
 
 The user's own allocator settings, another allocator and another libc are left alone, each
 said; ``HOST_MEMORY_RELEASE=false`` turns it off. Pure: the allocator facts are given.
@@ -45,29 +57,47 @@ MMAP_THRESHOLD = 1 << 20  # 1 MiB while held: docs/host-memory.md measures it
 # largest mallopt accepts), and the trim threshold it sets with it (twice the mmap threshold).
 KEEP_MMAP = 32 << 20
 LOOSE_TRIM = 64 << 20
-KEEP = 0.2  # of the limit: free memory glibc keeps at the top of a heap while plentiful
+KEEP = 0.04  # of the limit: the most freed memory kept, under the 5% a job has to spare
 KEEP_MAX = 1 << 30  # and at most this (mallopt takes an int)
 TRIM_AT = 0.65  # of the limit: free pages trimmed from here
 HOLD_AT = 0.75  # of the limit: the mmap threshold fixed from here
 CALM_S = 30.0  # seconds under TRIM_AT before a hold is let go
+NONE = 1 << 62  # a level no working set reaches: no limit in force
 OFF = "HOST_MEMORY_RELEASE=false"
 
 
 @dataclass(frozen=True)
-class Watch:
-    """What the governor watches and where it acts: the limit and the working set's levels
-    in bytes, and the limit file of the cgroup to read ("": this process's resident set,
-    where no cgroup holds the limit)."""
+class Levels:
+    """The governor's levels under one limit, in bytes (``limit`` 0: no limit in force)."""
 
     limit: int
     trim_at: int
     hold_at: int
+    keep: int  # glibc's trim threshold while plentiful, and the most kept before a trim
+
+    @classmethod
+    def of(cls, limit: int | None) -> Levels:
+        """The levels under ``limit`` bytes (None: none, where nothing is kept past glibc's
+        own default and nothing is trimmed)."""
+        if not limit:
+            return cls(0, NONE, NONE, LOOSE_TRIM)
+        keep = min(KEEP_MAX, max(1 << 20, int(limit * KEEP)))
+        return cls(limit, int(limit * TRIM_AT), int(limit * HOLD_AT), keep)
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What the governor watches: the levels at the start, and the limit file of the cgroup
+    whose limit is followed and whose working set is read ("": a figure, compared with this
+    process and its descendants)."""
+
+    levels: Levels
     limit_file: str
 
     @property
-    def keep(self) -> int:
-        """glibc's trim threshold while memory is plentiful, in bytes."""
-        return min(KEEP_MAX, max(LOOSE_TRIM, int(self.limit * KEEP)))
+    def follows(self) -> bool:
+        """Whether the limit is the cgroup's, read again at each reading."""
+        return bool(self.limit_file)
 
 
 @dataclass(frozen=True)
@@ -99,17 +129,27 @@ def release(settings: Settings, host: HostMemory, allocator: Allocator,
             "itself, and has no mallopt)",
         )
     limit = host.limit_mib << 20
-    version = cgroup_version(limit_file)
-    watch = Watch(limit, int(limit * TRIM_AT), int(limit * HOLD_AT), limit_file if version else "")
-    read = "the cgroup's working set" if version else "this process's resident set"
+    explicit = isinstance(settings.host_memory, int)
+    follows = "" if explicit or not cgroup_version(limit_file) else limit_file
+    watch = Watch(Levels.of(limit), follows)
+    if follows:
+        read = (
+            f"the cgroup's working set (page cache and /dev/shm read apart) watched against "
+            f"its limit, {host.limit_mib} MiB now ({host.origin}), read again as it runs"
+        )
+    else:
+        read = (f"the resident sets of this process and its descendants watched against "
+                f"{host.limit_mib} MiB ({host.origin}; the figure is this process tree's, "
+                "in a container or not)")  # fmt: skip
+    levels = watch.levels
     return Release(
         watch,
-        f"freed host memory kept while plentiful, returned to the kernel when short: {read} "
-        f"watched against {host.limit_mib} MiB ({host.origin}); below {TRIM_AT:.0%} glibc "
-        f"{allocator.glibc} keeps freed memory for reuse (trim threshold {watch.keep >> 20} MiB, "
-        f"mmap threshold {KEEP_MMAP >> 20} MiB: fewer page faults than its default, the working "
-        f"set staying near its peak); from {TRIM_AT:.0%} malloc_trim gives free pages back, "
-        f"from {HOLD_AT:.0%} blocks of {MMAP_THRESHOLD >> 20} MiB and more are unmapped when "
-        f"freed, each then page-faulted afresh, while memory stays short ({OFF} leaves malloc "
-        "alone)",
+        f"freed host memory kept while plentiful, returned to the kernel when short: {read}; "
+        f"below {TRIM_AT:.0%} glibc {allocator.glibc} keeps freed memory for reuse, at most "
+        f"{KEEP:.0%} of the limit ({levels.keep >> 20} MiB now: its trim threshold, mmap "
+        f"threshold {KEEP_MMAP >> 20} MiB; fewer page faults than its default, and no more "
+        f"kept than a burst could need back when the governor cannot run); from "
+        f"{TRIM_AT:.0%} malloc_trim gives free pages back, from {HOLD_AT:.0%} of heap memory "
+        f"blocks of {MMAP_THRESHOLD >> 20} MiB and more are unmapped when freed, each then "
+        f"page-faulted afresh, while memory stays short ({OFF} leaves malloc alone)",
     )

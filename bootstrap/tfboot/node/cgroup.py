@@ -198,16 +198,12 @@ def memory_limit(root: str = "/") -> MemoryLimit | None:
 
 def _v2_memory(root: str, directory: str) -> float | None:
     path = os.path.join(directory, "memory.max")
-    text = read_text(root, path).strip()
-    if text == "max":
-        return None
-    return _bytes(path, text)
+    return memory_bytes(path, read_text(root, path))
 
 
 def _v2_high(root: str, directory: str) -> float | None:
     path = os.path.join(directory, "memory.high")
-    text = read_text(root, path).strip()
-    return None if text == "max" else _bytes(path, text)
+    return memory_bytes(path, read_text(root, path))
 
 
 def _no_v1(_root: str, _directory: str) -> None:
@@ -216,11 +212,7 @@ def _no_v1(_root: str, _directory: str) -> None:
 
 def _v1_memory(root: str, directory: str) -> float | None:
     path = os.path.join(directory, "memory.limit_in_bytes")
-    text = read_text(root, path).strip()
-    if text == "-1":
-        return None
-    number = _bytes(path, text)
-    return None if number >= UNLIMITED_BYTES else number
+    return memory_bytes(path, read_text(root, path))
 
 
 def _bytes(path: str, text: str) -> int:
@@ -283,6 +275,29 @@ def leaf(root: str, controller: str) -> tuple[int, str] | None:
         return None
     mount, path = found
     return mount.version, _directories(mount, path)[0]
+
+
+def memory_limit_files(root: str) -> list[str]:
+    """Every memory limit file on the process's cgroup path, leaf first, as the kernel names
+    them (v2: each level's ``memory.max`` and ``memory.high``; v1: ``memory.limit_in_bytes``);
+    [] without a memory cgroup. Raises ``CgroupError`` (only) when ``/proc/self/cgroup`` is
+    malformed."""
+    found = _find(root, "memory")
+    if found is None:
+        return []
+    mount, path = found
+    names = ("memory.limit_in_bytes",) if mount.version == 1 else ("memory.max", "memory.high")
+    return [os.path.join(d, name) for d in _directories(mount, path) for name in names]
+
+
+def memory_bytes(name: str, text: str) -> int | None:
+    """The limit a memory limit file's text gives, in bytes; None for none (``max``, v1's
+    ``-1`` or its huge "no limit"). Raises ``CgroupError`` for anything else."""
+    text = text.strip()
+    if text in ("max", "-1"):
+        return None
+    number = _bytes(name, text)
+    return None if number >= UNLIMITED_BYTES else number
 
 
 def v2_directories(root: str, controller: str) -> list[str]:
