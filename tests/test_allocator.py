@@ -75,8 +75,9 @@ def test_under_a_limit_the_governor_watches_the_cgroup() -> None:
     assert found is not None and found.watch is not None
     mib = 1 << 20
     levels = found.watch.levels
+    limit = 600 * mib
     assert (levels.limit, levels.trim_at, levels.hold_at, levels.keep) == (
-        600 * mib, int(600 * mib * TRIM_AT), int(600 * mib * HOLD_AT), int(600 * mib * KEEP))  # fmt: skip
+        limit, int(limit * TRIM_AT), int(limit * HOLD_AT), int(limit * KEEP))  # fmt: skip
     assert found.watch.limit_file == "/sys/fs/cgroup/memory.max" and found.watch.follows
     assert "the cgroup's working set (page cache and /dev/shm read apart) watched against its " \
         "limit, 600 MiB now" in found.why  # fmt: skip
@@ -92,7 +93,8 @@ def test_a_given_figure_watches_this_process_tree_in_a_container_or_not(memory) 
     assert found is not None and found.watch is not None and found.watch.limit_file == ""
     assert not found.watch.follows  # a figure does not move with the cgroup
     assert "the resident sets of this process and its descendants watched against 4096 MiB " \
-        "(HOST_MEMORY_LIMIT_MB=4096 (env); the figure is this process tree's" in found.why  # fmt: skip
+        "(HOST_MEMORY_LIMIT_MB=4096 (env); the figure is this process tree's" \
+        in found.why  # fmt: skip
 
 
 @pytest.mark.parametrize("env", [{}, {"HOST_MEMORY_LIMIT_MB": "host"}])

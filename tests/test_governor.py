@@ -24,6 +24,7 @@ from tfboot.budget.malloc import CALM_S, HOLD_AT, KEEP, Levels, Watch
 from tfboot.executor.governor import FAST_S, RATE, SLOW_S, STEP, Governor, acted
 from tfboot.node.memorylimit import LimitFiles
 from tfboot.node.workingset import ProcessTree, WorkingSet, reader, working_set_now
+from tfboot.usage.sinks import used_line
 
 TREES = Path(__file__).parent / "testdata" / "cgroup"
 MIB = 1 << 20
@@ -231,6 +232,9 @@ def test_shared_memory_never_starts_a_hold_and_is_said(tree: Path) -> None:
     said = acted(stats)
     assert "/dev/shm filled the limit (420 MiB of a working set of 510 MiB; /dev/shm " in said
     assert "no hold taken 1 time(s): trimming the heap cannot give it back" in said
+    line = used_line({"host_memory": {"peak_mib": 512, "limit_mib": 600, "release": stats}})
+    assert "/dev/shm filled the limit (420 MiB) (/dev/shm " in line
+    assert "no hold: a trim cannot give it back" in line
     found.step(0.1)
     assert found.stats()["holds_declined"] == 1  # said once a crossing
     working(tree, 510, shm=20)  # heap memory fills it now: held

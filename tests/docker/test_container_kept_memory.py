@@ -16,9 +16,10 @@ import json
 import time
 from pathlib import Path
 
-import docker
 import pytest
 from container_runs import QUIET_TF, cpus, run_container
+
+import docker
 
 pytestmark = pytest.mark.docker
 

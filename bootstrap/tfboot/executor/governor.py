@@ -334,14 +334,16 @@ def acted(stats: dict[str, Any]) -> str:
                f"{stats.get('kept_mib')} MiB" if stats.get("bounding_trims") else "")  # fmt: skip
     filled = stats.get("filled") or {}
     fill = ""
-    if filled.get("by") in ("page cache", "/dev/shm", "other processes"):
+    if filled.get("by") in FILLERS:
         what = filled["by"]
-        fill = (f"; {what} filled the limit ({filled.get(_KEYS[what])} MiB of a working set of "
+        fill = (f"; {what} filled the limit ({filled.get(FILLERS[what])} MiB of a working set of "
                 f"{filled.get('working_set_mib')} MiB"
                 + (f"; {filled['shm']}" if filled.get("shm") else "") + ")")  # fmt: skip
         if stats.get("holds_declined"):
             fill += (f", no hold taken {stats['holds_declined']} time(s): trimming the heap "
                      "cannot give it back")  # fmt: skip
+    if stats.get("free_in_heaps_mib") is not None:
+        bounded += f"; glibc holds {stats['free_in_heaps_mib']} MiB free now"
     if not stats.get("trims") and not stats.get("holds"):
         return (f"nothing to do: the working set stayed under {stats.get('trim_at_mib')} MiB, "
                 f"freed memory kept for reuse (up to {stats.get('kept_mib')} MiB free)"
@@ -352,8 +354,9 @@ def acted(stats: dict[str, Any]) -> str:
             f"{stats['given_back_mib']:g} MiB{held}{bounded}{fill}{moved}")  # fmt: skip
 
 
-_KEYS = {"page cache": "page_cache_mib", "/dev/shm": "shm_mib",
-         "other processes": "other_processes_mib"}  # fmt: skip
+# What may fill the limit that no trim of this process's heap gives back, and its record's key.
+FILLERS = {"page cache": "page_cache_mib", "/dev/shm": "shm_mib",
+           "other processes": "other_processes_mib"}  # fmt: skip
 _governor: Governor | None = None
 
 

@@ -14,6 +14,7 @@ import os
 import tempfile
 from typing import Any
 
+from ..executor.governor import FILLERS
 from .merge import job_record
 from .suggest import MIN_CPU_WINDOW_S, summary
 
@@ -47,10 +48,27 @@ def _memory(memory: dict[str, Any]) -> str:
               (("oom_kills", "OOM kills"), ("high_events", "memory.high events"))
               if memory.get(k) is not None]  # fmt: skip
     release = memory.get("release")
-    if isinstance(release, dict) and isinstance(release.get("trims"), int) and release["trims"]:
-        counts.append(f"{release['trims']} malloc trim(s) gave back "
-                      f"{_number(release.get('given_back_mib'))} MiB")  # fmt: skip
+    if isinstance(release, dict):
+        trims = sum(n for n in (release.get("trims"), release.get("bounding_trims"))
+                    if isinstance(n, int))  # fmt: skip
+        if trims:
+            counts.append(f"{trims} malloc trim(s) gave back "
+                          f"{_number(release.get('given_back_mib'))} MiB")  # fmt: skip
+        counts += _filled(release)
     return text + (", " + ", ".join(counts) if counts else "")
+
+
+def _filled(release: dict[str, Any]) -> list[str]:
+    """What filled the limit when the governor acted, where no trim could give it back."""
+    filled = release.get("filled")
+    if not isinstance(filled, dict) or filled.get("by") not in FILLERS:
+        return []
+    said = f"{filled['by']} filled the limit ({_number(filled.get(FILLERS[filled['by']]))} MiB)"
+    if filled.get("shm"):
+        said += f" ({filled['shm']})"
+    if release.get("holds_declined"):
+        said += ", no hold: a trim cannot give it back"
+    return [said]
 
 
 def _cpu(cpu: dict[str, Any]) -> str:
