@@ -295,3 +295,16 @@ def test_a_figure_watches_this_process_and_its_children() -> None:
     finally:
         child.communicate(b"")
     assert reader("/", "").source.startswith("the resident sets of this process and its")
+
+
+def test_the_limits_watched_are_kept_within_bounds(tree: Path) -> None:
+    found = governor(tree)
+    working(tree, 100)
+    for n in range(100):  # a limit that flaps (memory.high rewritten by a controller)
+        resize(tree, 600 + n)
+        found.step(float(n))
+    watched = found.stats()["limits_watched"]
+    assert len(watched) == 32 and watched[0]["limit_mib"] == 600 and watched[-1]["limit_mib"] == 699
+    resize(tree, "max")
+    found.step(200.0)
+    assert acted(found.stats()).endswith("-> 699 MiB -> no limit)")

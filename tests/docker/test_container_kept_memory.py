@@ -129,3 +129,31 @@ def test_page_cache_and_shm_never_put_the_job_in_a_hold(tfboot_image: str, where
         assert runs["on"][0]["governor"]["holds_declined"] == 1
     else:
         assert runs["on"][0]["total_active_file"] >= 600, runs["on"][0]
+
+
+SIBLING = """
+import json, subprocess, sys, time
+sibling = subprocess.Popen([sys.executable, "-c",
+    "import sys; b = bytearray(700 << 20); print('ready', flush=True); sys.stdin.read()"],
+    stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+sibling.stdout.readline()  # a sibling of the job in the same cgroup, 700 MiB touched
+job = subprocess.run([sys.executable, "-c",
+    "import json, time, tensorflow\\n"
+    "from tfboot.executor.governor import current\\n"
+    "time.sleep(2)\\nprint(json.dumps(current().stats()))"],
+    capture_output=True, text=True, check=True)
+sibling.communicate(b"")
+print(job.stdout.strip().splitlines()[-1])
+"""
+
+
+def test_a_figure_is_compared_with_the_job_not_its_neighbours(tfboot_image: str) -> None:
+    """``HOST_MEMORY_LIMIT_MB=1024`` in a 4 GiB container where a sibling holds 700 MiB: the
+    figure is the job's own, so the job (TensorFlow, about 500 MiB) is not held."""
+    outcome = run_container(
+        tfboot_image, ["python3", "-c", SIBLING], {"HOST_MEMORY_LIMIT_MB": "1024"},
+        mem_limit="4g", memswap_limit="4g", timeout=300, **cpus(2),
+    ).ok()  # fmt: skip
+    stats = outcome.json()
+    assert stats["working_set_source"].startswith("the resident sets of this process and its")
+    assert stats["limit_mib"] == 1024 and stats["holds"] == 0 and stats["trims"] == 0, stats

@@ -70,8 +70,12 @@ KEPT_EVERY_S = 1.0  # what glibc holds free is counted at most this often
 # What glibc counts free includes pages a trim already gave back, which a later block may
 # touch again unseen: while the count stays over the bound, a trim again at most this often.
 RETRIM_S = 30.0
+WATCHED = 32  # the limits the record keeps: the first and the latest
 MIB = 1 << 20
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
+# What may fill the limit that no trim of this process's heap gives back, and its record's key.
+FILLERS = {"page cache": "page_cache_mib", "/dev/shm": "shm_mib",
+           "other processes": "other_processes_mib"}  # fmt: skip
 
 
 class _MallInfo2(ctypes.Structure):
@@ -187,7 +191,9 @@ class Governor:
             return
         limit, source = found
         self.levels = Levels.of(limit)
-        self.watched.append({"limit_mib": (limit or 0) >> 20, "source": source or None,
+        if len(self.watched) >= WATCHED:  # the first limit and the latest ones are kept
+            del self.watched[1]
+        self.watched.append({"limit_mib": (limit or 0) >> 20 or None, "source": source or None,
                              "since": _stamp()})  # fmt: skip
         if source and os.path.dirname(source) != os.path.dirname(self.limit_file):
             self.reader.close()  # a parent's limit is now the tightest: its working set
@@ -329,7 +335,8 @@ def acted(stats: dict[str, Any]) -> str:
     moved = ""
     if len(watched) > 1:
         moved = (" (the limit moved: " + " -> ".join(
-            f"{w.get('limit_mib') or 'none'} MiB" for w in watched) + ")")  # fmt: skip
+            f"{w['limit_mib']} MiB" if w.get("limit_mib") else "no limit" for w in watched)
+            + ")")  # fmt: skip
     bounded = (f"; {stats['bounding_trims']} trim(s) held what glibc kept to "
                f"{stats.get('kept_mib')} MiB" if stats.get("bounding_trims") else "")  # fmt: skip
     filled = stats.get("filled") or {}
@@ -345,7 +352,9 @@ def acted(stats: dict[str, Any]) -> str:
     if stats.get("free_in_heaps_mib") is not None:
         bounded += f"; glibc holds {stats['free_in_heaps_mib']} MiB free now"
     if not stats.get("trims") and not stats.get("holds"):
-        return (f"nothing to do: the working set stayed under {stats.get('trim_at_mib')} MiB, "
+        under = (f"the working set stayed under {stats['trim_at_mib']} MiB"
+                 if stats.get("trim_at_mib") else "no limit in force now")  # fmt: skip
+        return (f"nothing to do: {under}, "
                 f"freed memory kept for reuse (up to {stats.get('kept_mib')} MiB free)"
                 f"{bounded}{fill}{moved}")  # fmt: skip
     held = (f"; large blocks unmapped when freed {stats['holds']} time(s), "
@@ -354,9 +363,6 @@ def acted(stats: dict[str, Any]) -> str:
             f"{stats['given_back_mib']:g} MiB{held}{bounded}{fill}{moved}")  # fmt: skip
 
 
-# What may fill the limit that no trim of this process's heap gives back, and its record's key.
-FILLERS = {"page cache": "page_cache_mib", "/dev/shm": "shm_mib",
-           "other processes": "other_processes_mib"}  # fmt: skip
 _governor: Governor | None = None
 
 
