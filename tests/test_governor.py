@@ -20,8 +20,20 @@ import sys
 from pathlib import Path
 
 import pytest
-from tfboot.budget.malloc import CALM_S, HOLD_AT, KEEP, Levels, Watch
-from tfboot.executor.governor import FAST_S, RATE, SLOW_S, STEP, Governor, acted
+from tfboot.budget.hostmemory import LIVE_AT
+from tfboot.budget.malloc import (
+    CALM_S,
+    FAST_S,
+    HOLD_AT,
+    KEEP,
+    RATE,
+    SLOW_S,
+    STEP,
+    TRIM_AT,
+    Levels,
+    Watch,
+)  # fmt: skip
+from tfboot.executor.governor import Governor, acted
 from tfboot.node.memorylimit import LimitFiles
 from tfboot.node.workingset import ProcessTree, WorkingSet, reader, working_set_now
 from tfboot.usage.sinks import used_line
@@ -308,3 +320,9 @@ def test_the_limits_watched_are_kept_within_bounds(tree: Path) -> None:
     resize(tree, "max")
     found.step(200.0)
     assert acted(found.stats()).endswith("-> 699 MiB -> no limit)")
+
+
+def test_the_levels_are_ordered() -> None:
+    """tf.data's buffers and transients stay under the first level, the levels under the
+    limit, and what is kept under the 5% a job without tfboot has to spare."""
+    assert LIVE_AT < TRIM_AT < HOLD_AT < 1 - 0.05 and KEEP < 0.05

@@ -67,7 +67,8 @@ def resized(image: str, env: dict[str, str]) -> tuple[int, dict]:
 
 def test_a_limit_lowered_while_memory_is_kept_costs_nothing(tfboot_image: str) -> None:
     """A 2 GiB container lowered to 1 GiB after the job freed 400 MiB, then a second process
-    of 420 MiB: tfboot off ends at about 90% of the new limit; tfboot must finish too."""
+    of 420 MiB, then the job itself allocates as much: tfboot off ends at about 90% of the
+    new limit; tfboot must finish too."""
     found = {}
     for side, env in (("on", {}), ("off", OFF)):
         code, found[side] = resized(tfboot_image, env)

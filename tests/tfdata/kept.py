@@ -4,8 +4,8 @@ Usage: python3 kept.py SHAPE [ARG]. Imports TensorFlow (tfboot's governor starts
 SHAPE and prints one JSON line with what tfboot's governor did, if one runs:
 
 - ``resize MIB``: frees 400 MiB of 8 MiB arrays below a live block, says ``freed``, waits for
-  the container's limit to fall (``docker update``), then a second process touches MIB MiB;
-  says ``resized`` and waits for the limit to rise again;
+  the container's limit to fall (``docker update``), then a second process touches MIB MiB,
+  then this one; says ``resized`` and waits for the limit to rise again;
 - ``burst``: frees 180 MiB of 1 MiB temporaries, then two bursts inside single calls that
   hold the interpreter lock, each sized from the working set before the temporaries so that
   without tfboot the job peaks at ``FILL`` of the limit: ``bytes * n`` in a thread, and
@@ -74,6 +74,8 @@ def resize(mib):
     found["resident_after_resize_mib"] = resident() // MIB
     second = subprocess.run([sys.executable, "-c", f"b = bytearray({mib} << 20)"], check=False)
     found["second_exit"] = second.returncode
+    mine = bytearray(mib * MIB)  # and the job itself, in one call, after the second is gone
+    del mine
     say("resized")
     wait_for(lambda: number("memory.limit_in_bytes") // MIB >= found["before_mib"])
     time.sleep(1.5)

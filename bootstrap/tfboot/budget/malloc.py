@@ -63,6 +63,17 @@ TRIM_AT = 0.65  # of the limit: free pages trimmed from here
 HOLD_AT = 0.75  # of the limit: the mmap threshold fixed from here
 CALM_S = 30.0  # seconds under TRIM_AT before a hold is let go
 NONE = 1 << 62  # a level no working set reaches: no limit in force
+# The governor's pace (``executor.governor`` is its mechanism): readings paced by the distance
+# to ``HOLD_AT``, the working set assumed able to grow at ``RATE`` between two of them.
+FAST_S = 0.01  # the shortest interval between two readings
+SLOW_S = 1.0  # the longest
+RATE = 4 << 30  # bytes a second the working set is assumed able to grow at, for the pacing
+STEP = 0.02  # of the limit: growth that earns another trim while not held
+HELD_STEP = 0.005  # the same while held
+KEPT_EVERY_S = 1.0  # what glibc holds free is counted at most this often
+# What glibc counts free includes pages a trim already gave back, which a later block may
+# touch again unseen: while the count stays over the bound, a trim again at most this often.
+RETRIM_S = 30.0
 OFF = "HOST_MEMORY_RELEASE=false"
 
 

@@ -47,12 +47,19 @@ from typing import Any
 
 from ..budget.malloc import (
     CALM_S,
+    FAST_S,
+    HELD_STEP,
     KEEP,
     KEEP_MMAP,
+    KEPT_EVERY_S,
     LOOSE_TRIM,
     M_MMAP_THRESHOLD,
     M_TRIM_THRESHOLD,
     MMAP_THRESHOLD,
+    RATE,
+    RETRIM_S,
+    SLOW_S,
+    STEP,
     Levels,
     Watch,
 )
@@ -61,15 +68,6 @@ from ..node.memorylimit import LimitFiles
 from ..node.shm import read_shm
 from ..node.workingset import PAGE, Reading, reader, resident
 
-FAST_S = 0.01  # the shortest interval between two readings
-SLOW_S = 1.0  # the longest
-RATE = 4 << 30  # bytes a second the working set is assumed able to grow at, for the pacing
-STEP = 0.02  # of the limit: growth that earns another trim while not held
-HELD_STEP = 0.005  # the same while held
-KEPT_EVERY_S = 1.0  # what glibc holds free is counted at most this often
-# What glibc counts free includes pages a trim already gave back, which a later block may
-# touch again unseen: while the count stays over the bound, a trim again at most this often.
-RETRIM_S = 30.0
 WATCHED = 32  # the limits the record keeps: the first and the latest
 MIB = 1 << 20
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
