@@ -144,23 +144,17 @@ def release(settings: Settings, host: HostMemory, allocator: Allocator,
     follows = "" if explicit or not cgroup_version(limit_file) else limit_file
     watch = Watch(Levels.of(limit), follows)
     if follows:
-        read = (
-            f"the cgroup's working set (page cache and /dev/shm read apart) watched against "
-            f"its limit, {host.limit_mib} MiB now ({host.origin}), read again as it runs"
-        )
+        read = (f"the cgroup's working set, page cache and /dev/shm apart, watched against its "
+                f"limit, {host.limit_mib} MiB now ({host.origin}), read again as it runs")  # fmt: skip
     else:
         read = (f"the resident sets of this process and its descendants watched against "
                 f"{host.limit_mib} MiB ({host.origin}; the figure is this process tree's, "
                 "in a container or not)")  # fmt: skip
-    levels = watch.levels
     return Release(
         watch,
         f"freed host memory kept while plentiful, returned to the kernel when short: {read}; "
-        f"below {TRIM_AT:.0%} glibc {allocator.glibc} keeps freed memory for reuse, at most "
-        f"{KEEP:.0%} of the limit ({levels.keep >> 20} MiB now: its trim threshold, mmap "
-        f"threshold {KEEP_MMAP >> 20} MiB; fewer page faults than its default, and no more "
-        f"kept than a burst could need back when the governor cannot run); from "
-        f"{TRIM_AT:.0%} malloc_trim gives free pages back, from {HOLD_AT:.0%} of heap memory "
-        f"blocks of {MMAP_THRESHOLD >> 20} MiB and more are unmapped when freed, each then "
-        f"page-faulted afresh, while memory stays short ({OFF} leaves malloc alone)",
+        f"glibc {allocator.glibc} keeps at most {KEEP:.0%} of the limit free for reuse "
+        f"({watch.levels.keep >> 20} MiB now), malloc_trim from {TRIM_AT:.0%}, blocks of "
+        f"{MMAP_THRESHOLD >> 20} MiB and more unmapped when freed from {HOLD_AT:.0%} of heap "
+        f"memory ({OFF} leaves malloc alone)",
     )
