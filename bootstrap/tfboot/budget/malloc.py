@@ -144,8 +144,9 @@ def release(settings: Settings, host: HostMemory, allocator: Allocator,
     follows = "" if explicit or not cgroup_version(limit_file) else limit_file
     watch = Watch(Levels.of(limit), follows)
     if follows:
-        read = (f"the cgroup's working set, page cache and /dev/shm apart, watched against its "
-                f"limit, {host.limit_mib} MiB now ({host.origin}), read again as it runs")  # fmt: skip
+        read = (f"the cgroup's working set, page cache and /dev/shm apart, watched against "
+                f"its limit, {host.limit_mib} MiB now ({host.origin}), read again as it "
+                "runs")  # fmt: skip
     else:
         read = (f"the resident sets of this process and its descendants watched against "
                 f"{host.limit_mib} MiB ({host.origin}; the figure is this process tree's, "
