@@ -51,13 +51,15 @@ def tree(tmp_path: Path) -> Path:
     return root
 
 
-def working(tree: Path, mib: float, cache: float = 0, shm: float = 0) -> None:
+def working(tree: Path, mib: float, cache: float = 0, shm: float = 0, mapped: float = 0) -> None:
     """Make the fake cgroup's working set ``mib`` MiB (usage minus inactive file), of which
-    ``cache`` MiB active page cache and ``shm`` MiB shared memory."""
+    ``cache`` MiB active page cache (``mapped`` of it mapped by processes) and ``shm`` MiB
+    shared memory."""
     (tree / "sys/fs/cgroup/memory.current").write_text(f"{int(mib * MIB) + INACTIVE}\n")
     (tree / "sys/fs/cgroup/memory.stat").write_text(
         f"anon {int((mib - cache) * MIB)}\nactive_file {int(cache * MIB)}\n"
-        f"inactive_file {INACTIVE}\nshmem {int(shm * MIB)}\nshmem_thp 0\n"
+        f"inactive_file {INACTIVE}\nfile_mapped {int(mapped * MIB)}\nshmem {int(shm * MIB)}\n"
+        "shmem_thp 0\n"
     )
 
 
@@ -231,6 +233,9 @@ def test_page_cache_is_pressure_the_kernel_relieves_itself(tree: Path) -> None:
     working(tree, 500, cache=400)  # 83% of the limit, 400 MiB of it a dataset read every epoch
     found.step(0.0)
     assert (found.trims, found.holds) == (0, 0)  # nothing a trim could give back
+    working(tree, 500, cache=400, mapped=350)  # a framework's libraries, mapped: in use
+    found.step(1.0)
+    assert found.holds == 1  # heap and mapped files 450 MiB, 75%: only 50 MiB is cache
 
 
 def test_shared_memory_never_starts_a_hold_and_is_said(tree: Path) -> None:

@@ -5,11 +5,12 @@ kubelet's ``container_memory_working_set_bytes``, the figure eviction and dashbo
 the cgroup's usage minus its inactive file cache (cgroup v2 ``memory.current`` and
 ``memory.stat``'s ``inactive_file``; v1 ``memory.usage_in_bytes`` and ``total_inactive_file``),
 read in the cgroup whose limit is in force. ``split`` reads apart what of it no trim of a
-heap can give back: the active page cache (``active_file``), which the kernel reclaims by
-itself as the limit nears, and ``/dev/shm``'s and other shared memory pages (``shmem``),
-which only deleting their files frees. Where no cgroup holds the limit (``HOST_MEMORY_LIMIT_MB``
-given as a figure, in a container or not), the resident sets of this process and its
-descendants (``/proc/PID/statm``), their shared pages apart.
+heap can give back: the active page cache no process maps (``active_file`` less
+``mapped_file``: a dataset read with ``read``, not a framework's libraries), which the kernel
+reclaims by itself as the limit nears, and ``/dev/shm``'s and other shared memory pages
+(``shmem``), which only deleting their files frees. Where no cgroup holds the limit
+(``HOST_MEMORY_LIMIT_MB`` given as a figure, in a container or not), the resident sets of
+this process and its descendants (``/proc/PID/statm``), their shared pages apart.
 
 The files are opened once and read with ``pread`` at each call: a reading is two reads (one,
 where the usage alone is below the level the caller cares about), no open, no allocation
@@ -28,10 +29,11 @@ from .proctree import descendants
 STATM = "/proc/self/statm"
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 # Each version's usage file and the memory.stat keys of its inactive file cache, its active
-# file cache and its shared memory.
+# file cache, the file pages mapped into processes and its shared memory.
 FILES = {1: ("memory.usage_in_bytes", (b"\ntotal_inactive_file ", b"\ntotal_active_file ",
-                                       b"\ntotal_shmem ")),
-         2: ("memory.current", (b"\ninactive_file ", b"\nactive_file ", b"\nshmem "))}  # fmt: skip
+                                       b"\ntotal_mapped_file ", b"\ntotal_shmem ")),
+         2: ("memory.current", (b"\ninactive_file ", b"\nactive_file ", b"\nfile_mapped ",
+                                b"\nshmem "))}  # fmt: skip
 TREE_EVERY_S = 1.0  # a process tree's members are listed again at most this often
 
 
@@ -133,9 +135,12 @@ class WorkingSet:
         usage = _number(self._usage)
         if usage is None or usage <= below:
             return None if usage is None else Reading(usage)
-        inactive, active, shm = _numbers(self._stat, self.keys) or (None, None, None)
+        inactive, active, mapped, shm = _numbers(self._stat, self.keys) or (None,) * 4
         working = max(0, usage - (inactive or 0))
-        return Reading(working, min(working, active or 0), min(working, shm or 0))
+        # Pages mapped into processes (a framework's libraries, a memory-mapped dataset) are
+        # in use: only the active cache beyond them is the kernel's to reclaim.
+        cache = max(0, (active or 0) - (mapped or 0))
+        return Reading(working, min(working, cache), min(working, shm or 0))
 
     def close(self) -> None:
         for fd in (self._usage, self._stat):
