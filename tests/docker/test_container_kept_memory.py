@@ -101,20 +101,23 @@ def test_bursts_under_the_interpreter_lock_find_little_kept(tfboot_image: str) -
         assert governor["filled"]["by"] in ("heap", "other processes"), governor
 
 
-FILLS = {"cache": {}, "shm": {"shm_size": "2g"}}
+# Each fill's MiB (TensorFlow's process holds about 200 MiB more: /dev/shm takes the working
+# set past 75%) and what its container needs.
+FILLS = {"cache": ("1200", {}), "shm": ("1400", {"shm_size": "2g"})}
 
 
 @pytest.mark.parametrize("where", list(FILLS))
 def test_page_cache_and_shm_never_put_the_job_in_a_hold(tfboot_image: str, where: str) -> None:
-    """A 2 GiB container whose limit is 80% filled by a dataset read every epoch (page cache),
-    or by files in ``/dev/shm``: NumPy temporaries of 8 MiB fault as with tfboot off or less,
-    and the record says what filled the limit."""
+    """A 2 GiB container whose limit is filled by a dataset read every epoch (page cache),
+    or past 75% by files in ``/dev/shm``: NumPy temporaries of 8 MiB fault as with tfboot off
+    or less, and the record says what filled the limit."""
+    mib, options = FILLS[where]
     runs = {}
     for side, env in (("off", OFF), ("on", {}), ("off", OFF), ("on", {})):
         found = run_container(
-            tfboot_image, ["python3", "/probe/kept.py", where, "1200"], env,
+            tfboot_image, ["python3", "/probe/kept.py", where, mib], env,
             mounts=[(TFDATA, "/probe")], mem_limit="2g", memswap_limit="2g", timeout=600,
-            **cpus(2), **FILLS[where],
+            **cpus(2), **options,
         ).ok().json()  # fmt: skip
         runs.setdefault(side, []).append(found)
     least_off = min(r["faults"] for r in runs["off"])
@@ -125,7 +128,7 @@ def test_page_cache_and_shm_never_put_the_job_in_a_hold(tfboot_image: str, where
         assert governor["holds"] == 0, governor  # (a trim as the fill crosses a level: cheap)
     if where == "shm":
         filled = runs["on"][0]["governor"]["filled"]
-        assert runs["on"][0]["total_shmem"] >= 1200, runs["on"][0]
+        assert runs["on"][0]["total_shmem"] >= 1400, runs["on"][0]
         assert filled["by"] == "/dev/shm" and filled["shm"].startswith("/dev/shm 2048 MiB"), filled
         assert runs["on"][0]["governor"]["holds_declined"] == 1
     else:

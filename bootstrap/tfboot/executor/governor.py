@@ -129,6 +129,7 @@ class Governor:
         self.given_back = 0  # bytes this process's resident set fell by across trims
         self.holds = 0
         self.declined = 0  # holds not taken: page cache or shared memory filled the limit
+        self.declining = False  # one is not taken now, until the working set falls under
         self.held_s = 0.0  # finished holds
         self.held_since: float | None = None
         self.short = False  # the trim threshold is glibc's own, until calm
@@ -159,8 +160,8 @@ class Governor:
             if pressure >= levels.hold_at and self.held_since is None:
                 if found.heap >= levels.trim_at:
                     self._hold(now, found)
-                elif self.mark == levels.trim_at:  # once a crossing
-                    self.declined += 1
+                elif not self.declining:  # said once a crossing
+                    self.declined, self.declining = self.declined + 1, True
                     self._note(found, "no hold")
             if pressure >= self.mark:
                 self._give_back(now)
@@ -177,6 +178,8 @@ class Governor:
                     self.calm_since = now
                 if now - self.calm_since >= CALM_S:
                     self._loosen(now)
+        if pressure < levels.hold_at:
+            self.declining = False
         room = levels.hold_at - pressure
         return FAST_S if room <= 0 else min(SLOW_S, max(FAST_S, room / RATE))
 
