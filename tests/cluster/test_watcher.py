@@ -173,3 +173,37 @@ def test_sigterm_ends_a_worker_that_ignores_it_and_names_the_lost_peer() -> None
         f"answering: worker 2 at localhost:{port} (refused)"
     ), lines
     assert "still runs 2 s after SIGTERM" in lines[-1] and "killing it (SIGKILL" in lines[-1]
+
+
+def test_a_peer_that_answered_is_never_listed_as_waiting(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The race an outside probe found: a probe's thread wrote its answer in several steps,
+    and the main loop, reading between them, listed a peer that had just answered as "no
+    answer yet" (31 to 222 rounds of 300). Driven here against a listener on loopback: a
+    round whose every peer answers prints no wait line at all."""
+    import socket
+    import threading
+    import time
+
+    from tfboot.cluster import watcher
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.listen(512)
+    port = listener.getsockname()[1]
+
+    def accept() -> None:
+        while True:
+            conn, _ = listener.accept()
+            conn.close()
+
+    threading.Thread(target=accept, daemon=True).start()
+    told = watcher.Orders((), threading.Event())
+    for _ in range(300):
+        wake = threading.Event()
+        started = time.monotonic()
+        code = watcher._round(os.getppid(), started, {f"127.0.0.1:{port}": ""}, None, False,
+                              wake, told)  # fmt: skip
+        assert code == watcher.ANSWERED
+    lines = capsys.readouterr().err.splitlines()
+    assert not [x for x in lines if "still waiting" in x], lines[:5]

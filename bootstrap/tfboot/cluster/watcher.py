@@ -99,36 +99,39 @@ def connect(infos: list[tuple[Any, ...]]) -> str | None:
 
 
 class PeerProbe:
-    """One peer, probed again and again (resolve, then connect) in a daemon thread."""
+    """One peer, probed again and again (resolve, then connect) in a daemon thread.
+
+    The main loop reads what the probe's thread writes without a lock: a finished probe's
+    answer and its end are one tuple, written in one assignment (``last``), and each look
+    of the main loop reads it once and judges the peer by that reading alone, so no line
+    lists a peer that answered as one that still waits."""
 
     def __init__(self, address: str, wake: threading.Event) -> None:
         self.address, self._wake = address, wake
-        self.why: str | None = NO_ANSWER  # the last finished probe's answer; None: accepted
-        self.tried = False  # a probe has finished
+        # The last finished probe: its answer (None: accepted) and when it ended.
+        self.last: tuple[str | None, float] | None = None
         self.stage = ""  # "resolving" or "connecting" while a probe runs
-        self.since = float("-inf")  # when the running probe started, or the last one ended
+        self.began = float("-inf")  # when the running probe, or the last one, started
 
     def start(self, now: float) -> None:
-        self.since, self.stage = now, "resolving"
+        self.began, self.stage = now, "resolving"
         threading.Thread(target=self._run, name=f"probe {self.address}", daemon=True).start()
 
-    @property
-    def answered(self) -> bool:
-        return not self.stage and self.why is None
+    def due(self, now: float, last: tuple[str | None, float] | None) -> bool:
+        """No probe runs, none accepted (as of ``last``), and the last ended ``PROBE_S`` ago."""
+        if self.stage or accepted(last):
+            return False
+        return last is None or now - last[1] >= PROBE_S
 
-    def due(self, now: float) -> bool:
-        """No probe runs, the last one failed, and it ended ``PROBE_S`` ago."""
-        return not self.stage and self.why is not None and now - self.since >= PROBE_S
-
-    def reason(self, now: float) -> str:
-        if self.stage == "resolving" and (not self.tried or now - self.since >= RESOLVE_S):
+    def reason(self, now: float, last: tuple[str | None, float] | None) -> str:
+        """Why the peer does not answer, as of ``last`` (a reading of ``self.last``)."""
+        if self.stage == "resolving" and (last is None or now - self.began >= RESOLVE_S):
             return f"DNS: {NO_ANSWER}"
-        return self.why or NO_ANSWER
+        return (last[0] if last is not None else None) or NO_ANSWER
 
     def _run(self) -> None:
-        why = self._probe()
-        self.why, self.tried, self.since = why, True, time.monotonic()
-        self.stage = ""  # last: the main loop reads the fields above once this is empty
+        self.last = (self._probe(), time.monotonic())  # one assignment: read whole
+        self.stage = ""
         self._wake.set()
 
     def _probe(self) -> str | None:
@@ -139,6 +142,11 @@ class PeerProbe:
             return f"DNS: {getattr(exc, 'strerror', None) or exc}"
         self.stage = "connecting"
         return connect(infos)
+
+
+def accepted(last: tuple[str | None, float] | None) -> bool:
+    """Whether a reading of a probe's ``last`` says the peer accepted a connection."""
+    return last is not None and last[0] is None
 
 
 def wait_line(pending: dict[str, str], elapsed: float) -> str:
@@ -221,21 +229,23 @@ def _round(
         if _terminated.is_set():
             return ANSWERED  # the main loop names the lost peers
         now = time.monotonic()
-        probes = [p for p in probes if not p.answered]
+        seen = {p: p.last for p in probes}  # one reading of each: every judgement below
+        probes = [p for p in probes if not accepted(seen[p])]
         if not probes:
             if printed:
                 done = f"cluster: all {len(peers)} peer(s) answered after {now - started:.0f} s"
                 _emit("info", done)
             return _answered(parent, started, len(peers), timeout, told)
         for p in probes:
-            if p.due(now):
+            if p.due(now, seen[p]):
                 p.start(now)
-        pending = {p.address: p.reason(now) for p in probes}
+        pending = {p.address: p.reason(now, seen[p]) for p in probes}
         if now >= deadline:
             reached = f"; DIST_STARTUP_TIMEOUT={timeout:g} reached, ending this worker"
             _emit("error", wait_line(pending, now - started) + reached + " (exit status 1)")
             return TIMED_OUT
-        if now >= next_line or (not printed and not quiet and all(p.tried for p in probes)):
+        tried = all(seen[p] is not None for p in probes)  # every peer probed once at least
+        if now >= next_line or (not printed and not quiet and tried):
             _emit("info", wait_line(pending, now - started))
             printed, next_line = True, now + INTERVAL_S
         wake.wait(max(0.0, min(PROBE_S, deadline - now, next_line - now)))
@@ -287,7 +297,9 @@ def _lost(peers: dict[str, str]) -> dict[str, str]:
     while time.monotonic() < deadline and any(p.stage for p in probes):
         wake.wait(0.1)
         wake.clear()
-    return {p.address: p.reason(time.monotonic()) for p in probes if not p.answered}
+    seen = {p: p.last for p in probes}
+    return {p.address: p.reason(time.monotonic(), seen[p]) for p in probes
+            if not accepted(seen[p])}  # fmt: skip
 
 
 def _end(parent: int, peers: dict[str, str], grace: float, quiet: bool) -> int:
