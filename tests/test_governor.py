@@ -34,7 +34,7 @@ from tfboot.budget.malloc import (
     Watch,
 )  # fmt: skip
 from tfboot.executor.governor import Governor, acted
-from tfboot.node.memorylimit import LimitFiles
+from tfboot.node.livelimits import LimitFiles
 from tfboot.node.workingset import ProcessTree, WorkingSet, reader, working_set_now
 from tfboot.usage.sinks import used_line
 

@@ -157,6 +157,9 @@ def plan_torch(budget: Budget, devices: list[str], agent: tuple[str, ...] | None
         plan.decisions.append(f"inter-op threads {threads.count} ({threads.why})")
         plan.calls.append(_threads("set_num_interop_threads", threads.count, plan.decisions[-1]))
     release_memory(plan, budget)
+    if threads.count is not None and settings.cpu_threads == "auto" and env_threads(env) is None:
+        why = "intra-op threads follow the CPU quota while the job runs"
+        plan.calls.append(Patch("torch threads follow", (threads.count, budget.cpu.quota), why))
     if settings.cluster is not None and plan.role.runs_model:
         plan.cluster = budget.launch(NAME, LAUNCH, agent=agent)
         plan.environ.update(plan.cluster.environ)

@@ -43,6 +43,7 @@ import ctypes
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..budget.malloc import (
@@ -64,7 +65,7 @@ from ..budget.malloc import (
     Watch,
 )
 from ..node.cpu import cgroup_root
-from ..node.memorylimit import LimitFiles
+from ..node.livelimits import LimitFiles
 from ..node.shm import read_shm
 from ..node.workingset import PAGE, Reading, reader, resident
 
@@ -141,6 +142,9 @@ class Governor:
         self.kept_now: int | None = None
         self.kept_most = 0
         self.filled: dict[str, Any] | None = None  # what filled the limit when it last acted
+        # Other readings of the cgroup while the job runs, made by this thread after each of
+        # its own (``executor.follow``: the CPU quota); each paces itself.
+        self.also: list[Callable[[float], None]] = []
 
     def step(self, now: float) -> float:
         """Read the limit and the working set, act on them; the seconds until the next
@@ -286,7 +290,10 @@ class Governor:
         """The thread's loop, for the process's life."""
         while True:
             try:
-                pause = self.step(time.monotonic())
+                now = time.monotonic()
+                pause = self.step(now)
+                for reading in self.also:
+                    reading(now)
             except Exception:  # a guest never ends the job: it stops watching
                 return
             time.sleep(pause)

@@ -85,6 +85,15 @@ def torch_caps(torch: ModuleType, caps: dict[int, int], given: str) -> str | Non
     return f"torch.cuda.set_per_process_memory_fraction when CUDA starts: {caps} MiB"
 
 
+def torch_threads_follow(torch: ModuleType, threads: int, quota: float | None) -> str | None:
+    """PyTorch's intra-op count following the CPU quota while the job runs
+    (``executor.follow``), once per process."""
+    from ..node.cpu import cgroup_root
+    from .follow import start
+
+    return start(torch, threads, quota, cgroup_root(os.environ))
+
+
 def memory_governor(_module: ModuleType, watch: Watch) -> str | None:
     """This process's host-memory governor (``executor.governor``), once per process."""
     from .governor import start
@@ -203,5 +212,6 @@ PATCHES: dict[str, Callable[..., str | None]] = {
     "jax cpu pool": jax_cpu_pool,
     "torch caps": torch_caps,
     "memory governor": memory_governor,
+    "torch threads follow": torch_threads_follow,
     "peer watcher": peer_watcher,
 }

@@ -140,17 +140,15 @@ def _directories(mount: _Mount, cgroup_path: str) -> list[str]:
 
 def _v2_quota(root: str, directory: str) -> float | None:
     path = os.path.join(directory, "cpu.max")
-    fields = read_text(root, path).split()
-    if len(fields) != 2:
-        raise CgroupError(f"{shown(path)}: expected one line 'QUOTA PERIOD'")
-    return _ratio(path, fields[0], fields[1], unlimited="max")
+    text = read_text(root, path)
+    return quota_cpus(path, text, text)
 
 
 def _v1_quota(root: str, directory: str) -> float | None:
     quota_path = os.path.join(directory, "cpu.cfs_quota_us")
-    quota = read_text(root, quota_path).strip()
-    period = read_text(root, os.path.join(directory, "cpu.cfs_period_us")).strip()
-    return _ratio(quota_path, quota, period, unlimited="-1")
+    quota = read_text(root, quota_path)
+    period = read_text(root, os.path.join(directory, "cpu.cfs_period_us"))
+    return quota_cpus(quota_path, quota, period)
 
 
 def _ratio(path: str, quota: str, period: str, unlimited: str) -> float | None:
@@ -288,6 +286,32 @@ def memory_limit_files(root: str) -> list[str]:
     mount, path = found
     names = ("memory.limit_in_bytes",) if mount.version == 1 else ("memory.max", "memory.high")
     return [os.path.join(d, name) for d in _directories(mount, path) for name in names]
+
+
+def cpu_quota_files(root: str) -> list[tuple[str, str]]:
+    """Every CPU quota file on the process's cgroup path, leaf first, as the kernel names
+    them: (quota, period) pairs (v2: each level's ``cpu.max`` twice, as it holds both; v1:
+    ``cpu.cfs_quota_us`` and ``cpu.cfs_period_us``); [] without a cpu cgroup. Raises
+    ``CgroupError`` (only) when ``/proc/self/cgroup`` is malformed."""
+    found = _find(root, "cpu")
+    if found is None:
+        return []
+    mount, path = found
+    if mount.version == 2:
+        return [(os.path.join(d, "cpu.max"),) * 2 for d in _directories(mount, path)]
+    return [(os.path.join(d, "cpu.cfs_quota_us"), os.path.join(d, "cpu.cfs_period_us"))
+            for d in _directories(mount, path)]  # fmt: skip
+
+
+def quota_cpus(name: str, quota: str, period: str) -> float | None:
+    """The CPUs a quota file's text gives (v2's ``cpu.max`` as ``quota`` and ``period``
+    alike, v1's two files apart); None for none. Raises ``CgroupError`` for anything else."""
+    if name.endswith("cpu.max"):
+        fields = quota.split()
+        if len(fields) != 2:
+            raise CgroupError(f"{shown(name)}: expected one line 'QUOTA PERIOD'")
+        return _ratio(name, fields[0], fields[1], unlimited="max")
+    return _ratio(name, quota.strip(), period.strip(), unlimited="-1")
 
 
 def memory_bytes(name: str, text: str) -> int | None:

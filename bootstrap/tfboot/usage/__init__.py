@@ -366,7 +366,8 @@ def _start(result: Any, env: Mapping[str, str]) -> Report | None:
         return None
     budget = make_budget(result.settings, env, result.role)
     threads = budget.threads(result.framework).count
-    report = Report(Meter(budget, threads, env, _control(env, METRICS_JOB)), env, identify(env))
+    meter = Meter(budget, threads, env, _control(env, METRICS_JOB), result.framework)
+    report = Report(meter, env, identify(env))
     report.thread = threading.Thread(target=report.run, name="tfboot-usage", daemon=True)
     ends.hook(report)  # first: the publisher waits on what it sets up
     report.thread.start()

@@ -24,9 +24,10 @@ from typing import Any
 
 from ..budget import Budget
 from ..executor import peaks
+from ..executor.follow import current as follower
 from ..executor.governor import current as governor
 from ..node import counters
-from ..node.cpu import cpu_budget
+from ..node.cpu import CpuBudget, cpu_budget
 from ..node.cuda import cuda_devices
 from ..node.hostmem import memory_budget
 from ..node.nvml import process_memory, read_inventory
@@ -90,10 +91,12 @@ class Meter:
     at each sample, so a limit changed while the job runs (an in-place Pod resize, ``docker
     update``) is the one the record judges against, the earlier ones named."""
 
-    def __init__(self, budget: Budget, threads: int | None, env: Mapping[str, str], job: str):
+    def __init__(self, budget: Budget, threads: int | None, env: Mapping[str, str], job: str,
+                 framework: str = "") -> None:  # fmt: skip
         self.env = dict(env)
         self.budget = budget
         self.threads = threads
+        self.framework = framework
         self.labels = labels(env, job)
         self.pid = os.getpid()
         # The window's start: the process's, on CLOCK_BOOTTIME; this moment where unknown.
@@ -289,7 +292,7 @@ class Meter:
             "quota_source": self.quota[1] or None,
             "earlier_quotas": self.earlier_quotas,
             "schedulable": self.budget.cpu.affinity,
-            "threads": self.threads,
+            **self._threads(),
             "used_cpus": round(used / wall, 3),
             "cpu_seconds": round(used, 3),
             "wall_seconds": round(wall, 3),
@@ -302,6 +305,33 @@ class Meter:
                 else None
             ),
         }
+
+    def _threads(self) -> dict[str, Any]:
+        """The threads now: what followed the quota (``executor.follow``), and what kept the
+        count sized at the import where the quota moved since (a restart applies it)."""
+        running = follower()
+        stats = running.stats() if running is not None else {}
+        found = {"threads": stats.get("threads", self.threads),
+                 "threads_followed": stats.get("followed"), "threads_kept": None}  # fmt: skip
+        if not self.earlier_quotas or self.threads is None:
+            return found
+        affinity = self.budget.cpu.affinity
+        wanted = CpuBudget(affinity, self.quota[0], "").threads or affinity
+        if wanted == self.threads:
+            return found
+        kept = []
+        if running is not None and running.set != wanted:  # intra-op: to follow, or the program's
+            why = running.stopped or "no optimizer step or no_grad block since"
+            kept.append(f"PyTorch's intra-op pool ({why})")
+        kept.append("PyTorch's inter-op pool" if running else f"{self.framework}'s thread pools")
+        first, now = self.earlier_quotas[0], self.quota[0]
+        found["threads_kept"] = (
+            f"the CPU quota moved from {first['quota']:g} to "
+            f"{'none' if now is None else f'{now:g}'} at {first['until']}: "
+            f"{' and '.join(kept)} kept {self.threads} thread(s), sized for the quota at the "
+            "import; a restart applies the new one"
+        )
+        return found
 
 
 def _boot_now() -> float:

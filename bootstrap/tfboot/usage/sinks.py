@@ -76,6 +76,8 @@ def _cpu(cpu: dict[str, Any]) -> str:
     anything of its need (``suggest.MIN_CPU_WINDOW_S``), which is said once, without one."""
     wall, used = cpu.get("wall_seconds"), cpu.get("used_cpus")
     threads = f", {cpu['threads']} threads" if cpu.get("threads") is not None else ""
+    if cpu.get("threads_kept"):
+        threads += f" ({cpu['threads_kept']})"
     if isinstance(wall, int | float) and wall < MIN_CPU_WINDOW_S:
         budget = f"a {cpu['quota']:g}-CPU quota" if cpu.get("quota") else "no quota"
         return f"CPU ({budget}{threads}) not judged in a run under {MIN_CPU_WINDOW_S} s"
