@@ -149,3 +149,33 @@ def test_the_line_says_what_kept_the_old_count(tmp_path: Path, module: str, kept
     cpu = json.loads(record.read_text())["cpu"]
     assert cpu["earlier_quotas"][0]["quota"] == 1.5 and cpu["quota"] == 1
     assert kept in cpu["threads_kept"]
+
+
+LOADER = """
+import os, torch
+from torch.utils.data import DataLoader
+path = os.path.join(os.environ["TFBOOT_CGROUP_ROOT"], "sys/fs/cgroup/cpu.max")
+data = list(range(8))
+for _ in DataLoader(data, num_workers=2, multiprocessing_context="fork"):
+    pass
+with open(path, "w") as quota:
+    quota.write("100000 100000\\n")  # a resize to 1 CPU between two epochs
+for _ in DataLoader(data, num_workers=1, multiprocessing_context="fork"):
+    pass
+"""
+
+
+def test_a_loader_is_judged_against_the_quota_as_it_starts(tmp_path: Path) -> None:
+    """num_workers=2 fits nothing under 1.5 CPUs at the import; after a resize to 1 CPU, the
+    next epoch's single worker and the main process are two processes on one CPU."""
+    root = tmp_path / "root"
+    shutil.copytree(TREES / "v2-quota", root)
+    result = subprocess.run(
+        [sys.executable, "-c", LOADER], capture_output=True, text=True, timeout=300,
+        env=scenario_env({"TFBOOT_CGROUP_ROOT": str(root)}),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = [x for x in result.stderr.splitlines() if "take turns on it" in x]
+    assert len(said) == 2, result.stderr[-3000:]
+    assert "num_workers=2 and the main process are 3 processes on a CPU quota of 1.5" in said[0]
+    assert "num_workers=1 and the main process are 2 processes on a CPU quota of 1 " in said[1]

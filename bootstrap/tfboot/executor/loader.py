@@ -6,10 +6,12 @@ Nothing the program passed is changed; every wrapper calls PyTorch's own code wi
 same arguments and returns what it returns.
 
 - When a loader's workers start (``_MultiProcessingDataLoaderIter.__init__``): one warning
-  when ``num_workers`` and the main process are more processes than the CPU quota. Each
+  when ``num_workers`` and the main process are more processes than the CPU quota, read as
+  they start (a quota moved by a resize since the import is the one judged). Each
   worker runs PyTorch's ``torch.set_num_threads(1)`` itself, after tfboot's import in a
   spawned worker, so a worker has one thread.
-- At the first batch the main process receives (``_process_data``): the loader holds up to
+- At the first batch the main process receives (``_process_data``), judged against
+  ``/dev/shm`` and the memory limit as they are then: the loader holds up to
   ``num_workers x prefetch_factor`` batches in ``/dev/shm`` and one in use; one warning
   when that is more than ``/dev/shm``'s size. A warning, not an error: the estimate is
   taken from the first batch, and a loader whose later batches are smaller, or whose main
@@ -40,6 +42,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from ..node.cpu import cpu_budget
 from ..node.hostmem import memory_budget
 from ..node.shm import MIB, PATH, read_shm, used_bytes
 from .result import emit
@@ -94,14 +97,22 @@ def _starting(original: Callable[..., Any], quota: float | None, source: str,
     def init(self: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
         workers = int(loader.num_workers)
         _loader.update(workers=workers, prefetch=int(loader.prefetch_factor or PREFETCH))
-        if quota is not None and workers + 1 > quota:
-            fits = max(1, math.floor(quota) - 1)
-            _once("cpu", quiet, f"DataLoader: num_workers={workers} and the main process are "
-                  f"{workers + 1} processes on a CPU quota of {quota:g} ({source}): they take "
-                  f"turns on it; num_workers={fits} fits it (kept as given)")  # fmt: skip
+        now, where = _quota_now(quota, source)
+        if now is not None and workers + 1 > now:
+            fits = max(1, math.floor(now) - 1)
+            _once(f"cpu {now:g}", quiet, f"DataLoader: num_workers={workers} and the main "
+                  f"process are {workers + 1} processes on a CPU quota of {now:g} ({where}): "
+                  f"they take turns on it; num_workers={fits} fits it (kept as given)")  # fmt: skip
         original(self, loader, *args, **kwargs)
 
     return init
+
+
+def _quota_now(planned: float | None, source: str) -> tuple[float | None, str]:
+    """The CPU quota as a loader starts (a resize since the import counts: its workers are
+    started now); the import's where it cannot be read."""
+    found = cpu_budget()
+    return (planned, source) if found.problem else (found.quota, found.quota_source)
 
 
 def _first_batch(original: Callable[..., Any], quiet: bool) -> Callable[..., Any]:
