@@ -38,7 +38,7 @@ def moved(image: str, framework: str) -> tuple[dict, str]:
         environment={**QUIET_TF, "PYTHONPATH": f"{image_site(image)}:{MOUNTED_SITE}"},
         volumes={str(PROBE): {"bind": "/probe", "mode": "ro"},
                  str(SITE): {"bind": MOUNTED_SITE, "mode": "ro"}},
-        nano_cpus=2 * 10**9, mem_limit="4g",
+        cpu_period=100000, cpu_quota=200000, mem_limit="4g",
     )  # fmt: skip
     try:
         _wait_for(container, "started")
@@ -55,7 +55,7 @@ def moved(image: str, framework: str) -> tuple[dict, str]:
 def test_pytorch_follows_a_live_resize_down_and_up(tfboot_image: str) -> None:
     found, stderr = moved(tfboot_image, "torch")
     assert found["threads"] == [2, 1, 2], (found, stderr[-3000:])
-    assert "intra-op threads follow the CPU quota while the job runs" in stderr
+    assert "rounded up; followed while the job runs)" in stderr
 
 
 @pytest.mark.parametrize(("framework", "name"), [("tensorflow", "TensorFlow"), ("jax", "JAX")])
@@ -63,14 +63,16 @@ def test_pools_that_cannot_follow_are_said(tfboot_image: str, framework: str, na
     """Moved to 1 CPU and back to 2: the pools sized for 2 fit again at the end, so the line
     pairs its count with the quota it was sized for; moved to 1 alone, it says what kept 2."""
     container = docker.from_env().containers.run(
-        tfboot_image, ["python3", "-c", f"import {framework}, time; time.sleep(4)"],
+        tfboot_image,
+        ["python3", "-c", f"import {framework}, time; print('started', flush=True); time.sleep(4)"],
         detach=True, environment={**QUIET_TF, "PYTHONPATH": f"{image_site(tfboot_image)}:"
                                   f"{MOUNTED_SITE}"},
-        volumes={str(SITE): {"bind": MOUNTED_SITE, "mode": "ro"}}, nano_cpus=2 * 10**9,
+        volumes={str(SITE): {"bind": MOUNTED_SITE, "mode": "ro"}}, cpu_period=100000,
+        cpu_quota=200000,
         mem_limit="4g",
     )  # fmt: skip
     try:
-        time.sleep(1)
+        _wait_for(container, "started")  # configured at the import, under 2 CPUs
         container.update(cpu_quota=100000, cpu_period=100000)
         assert int(container.wait(timeout=180)["StatusCode"]) == 0, container.logs().decode()
         used = next(x for x in container.logs(stdout=False).decode().splitlines()

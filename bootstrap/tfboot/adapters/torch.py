@@ -148,7 +148,8 @@ def plan_torch(budget: Budget, devices: list[str], agent: tuple[str, ...] | None
     if threads.count is not None:
         explicit = env_threads(env)
         if explicit is None:
-            plan.decisions.append(f"intra-op threads {threads.count} ({threads.why})")
+            follows = "; followed while the job runs" if settings.cpu_threads == "auto" else ""
+            plan.decisions.append(f"intra-op threads {threads.count} ({threads.why}{follows})")
             plan.calls.append(_threads("set_num_threads", threads.count, plan.decisions[-1]))
         else:
             plan.decisions.append(
