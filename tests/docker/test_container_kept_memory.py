@@ -77,8 +77,9 @@ def test_a_limit_lowered_while_memory_is_kept_costs_nothing(tfboot_image: str) -
     stats = on["governor"]
     assert [w["limit_mib"] for w in stats["limits_watched"]] == [2048, 1024, 2048], stats
     assert stats["limit_mib"] == 2048 and stats["trim_at_mib"] == int(2048 * 0.65)
-    # what lay free below a live block was given back at a reading, before the resize came:
-    # the job holds no more than tfboot off does, give or take the 4% glibc may keep
+    # glibc gave the freed arrays back itself past 4% of 2 GiB; what it still held free past
+    # 4% of the new limit went back at the resize's reading: the job holds no more than
+    # tfboot off does, give or take the 4% glibc may keep
     assert stats["bounding_trims"] >= 1, stats
     assert on["resident_after_free_mib"] <= found["off"]["resident_after_free_mib"] + 82, found
 
