@@ -33,12 +33,7 @@ from . import governor
 from .wrapping import replace
 
 FOLLOW_S = 2.0  # the quota is read again at most this often
-STAMP = "%Y-%m-%dT%H:%M:%SZ"
 HISTORY = 32  # the changes the record keeps: the first and the latest
-
-
-def _stamp() -> str:
-    return time.strftime(STAMP, time.gmtime())
 
 
 class Follower:
@@ -51,7 +46,9 @@ class Follower:
         self.set = threads  # the count tfboot set last
         self.pending: int | None = None  # a count to apply at the next hook
         self.read_at = float("-inf")
-        self.history: list[dict[str, Any]] = [{"quota": quota, "threads": threads, "at": _stamp()}]
+        self.history: list[dict[str, Any]] = [
+            {"quota": quota, "threads": threads, "at": governor.stamp()}
+        ]
         self.stopped: str | None = None  # why it no longer follows
 
     def tick(self, now: float) -> None:
@@ -63,8 +60,8 @@ class Follower:
         if found is None or found[0] == self.quota:
             return
         self.quota = found[0]
-        count = CpuBudget(schedulable_cpus(), self.quota, found[1]).threads
-        count = schedulable_cpus() if count is None else count
+        cpus = schedulable_cpus()
+        count = CpuBudget(cpus, self.quota, found[1]).threads or cpus
         self.pending = None if count == self.set else count
 
     def apply(self) -> None:
@@ -83,7 +80,7 @@ class Follower:
         self.set = count
         if len(self.history) >= HISTORY:
             del self.history[1]
-        self.history.append({"quota": self.quota, "threads": count, "at": _stamp()})
+        self.history.append({"quota": self.quota, "threads": count, "at": governor.stamp()})
 
     def stats(self) -> dict[str, Any]:
         return {"threads": self.set, "followed": list(self.history), "stopped": self.stopped}

@@ -102,7 +102,8 @@ class Glibc:
         return None if self._info is None else int(self._info().fordblks)
 
 
-def _stamp() -> str:
+def stamp() -> str:
+    """Now, as the record writes a moment (UTC)."""
     return time.strftime(STAMP, time.gmtime())
 
 
@@ -124,7 +125,7 @@ class Governor:
             self.levels, self.limit_file = watch.levels, watch.limit_file
         self.watched: list[dict[str, Any]] = [
             {"limit_mib": self.levels.limit >> 20, "source": self.limit_file or None,
-             "since": _stamp()}]  # fmt: skip
+             "since": stamp()}]  # fmt: skip
         self.trims = 0  # of a short working set
         self.bounds = 0  # of what glibc kept past the bound
         self.given_back = 0  # bytes this process's resident set fell by across trims
@@ -199,7 +200,7 @@ class Governor:
         if len(self.watched) >= WATCHED:  # the first limit and the latest ones are kept
             del self.watched[1]
         self.watched.append({"limit_mib": (limit or 0) >> 20 or None, "source": source or None,
-                             "since": _stamp()})  # fmt: skip
+                             "since": stamp()})  # fmt: skip
         if source and os.path.dirname(source) != os.path.dirname(self.limit_file):
             self.reader.close()  # a parent's limit is now the tightest: its working set
             self.reader, self.limit_file = reader(self.root, source), source
@@ -276,7 +277,7 @@ class Governor:
         by = max(parts, key=lambda k: parts[k])
         self.filled = {
             "action": action,
-            "at": _stamp(),
+            "at": stamp(),
             "working_set_mib": found.working >> 20,
             "heap_mib": heap >> 20,
             "other_processes_mib": (found.heap - heap) >> 20,
