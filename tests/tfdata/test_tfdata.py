@@ -129,3 +129,28 @@ def test_every_path_runs_with_the_defaults_under_the_pipelines_own_options(tmp_p
     own = {p: seen[f"{p} (own cpu_budget)"] for p in paths}
     assert own == {p: [RAM, 7, 2] for p in paths}
     assert "Changing the value of option" not in result.stderr
+
+
+RESIZED = """
+import os
+import tensorflow as tf
+limit = os.path.join(os.environ["TFBOOT_CGROUP_ROOT"], "sys/fs/cgroup/memory.max")
+def budget():  # the options of the dataset a consumer would run
+    return tf.data.Dataset.range(3)._apply_debug_options().options().autotune.ram_budget >> 20
+first = budget()
+open(limit, "w").write(str(2 << 30))  # an in-place resize: 4 GiB -> 2 GiB
+second = budget()
+open(limit, "w").write("max")  # the limit lifted: the last one stays
+print(first, second, budget())
+"""
+
+
+@pytest.mark.tf
+def test_a_pipeline_started_after_a_resize_gets_the_room_under_the_new_limit(
+    tmp_path: Path,
+) -> None:
+    root = cgroup_limits(tmp_path)
+    result = run_python(RESIZED, {"TFBOOT_CGROUP_ROOT": root}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    resized = (int(2048 * 0.6) - 500) // 3
+    assert result.stdout.split() == [str(RAM >> 20), str(resized), str(resized)]

@@ -1,7 +1,8 @@
 """tf.data defaults for every pipeline of the process: autotune's RAM and CPU budgets.
 
 The RAM budget is measured as each pipeline starts: the room the working set leaves under
-the limit then (``budget.hostmemory.ram_budget``), one reading of the cgroup's files.
+the limit in force then (``budget.hostmemory.ram_budget``): a resize since the import
+counts, as the governor counts it (``node.livelimits``). One reading of the cgroup's files.
 
 How they are injected. TensorFlow hands every dataset it is about to run through one
 method, ``DatasetV2._apply_debug_options``: eager and graph iterators (``iter``, a ``for``
@@ -43,18 +44,42 @@ from typing import Any
 from ..adapters.tensorflow import DATA_HOOK as HOOK
 from ..budget.hostmemory import DataDefaults, ram_budget
 from ..node.cpu import cgroup_root
-from ..node.workingset import reader
+from ..node.livelimits import LimitFiles
+from ..node.workingset import ProcessTree, WorkingSet, reader
 
 MIB = 1 << 20
 MAX_INPUTS = 10_000  # a pipeline's datasets walked to find its source
 
 
-def _fields(defaults: DataDefaults, working: int | None) -> dict[str, int]:
-    """The ``tf.data.Options().autotune`` fields tfboot sets, and their values, with
-    ``working`` bytes in use now (None: the RAM budget as planned)."""
+class Room:
+    """The limit in force and the working set under it, read as a pipeline starts.
+
+    A figure (``HOST_MEMORY_LIMIT_MB=N``, ``limit_file`` "") stays the figure; the cgroup's
+    limit is read again, and a parent's limit that became the tightest brings its own
+    working set. A limit that can no longer be read, or was lifted, leaves the planned one.
+    """
+
+    def __init__(self, root: str, limit_mib: int, limit_file: str) -> None:
+        self.root, self.limit_mib, self.file = root, limit_mib, limit_file
+        self.limits = LimitFiles(root) if self.file else None
+        self.working: WorkingSet | ProcessTree = reader(root, self.file)
+
+    def read(self) -> tuple[int, int | None]:
+        """The limit in MiB and the working set in bytes (None: unread) now."""
+        found = self.limits.read() if self.limits is not None else None
+        if found is not None and found[0] is not None:
+            self.limit_mib = max(1, found[0] // MIB)
+            if os.path.dirname(found[1]) != os.path.dirname(self.file):
+                self.file, self.working = found[1], reader(self.root, found[1])
+        return self.limit_mib, self.working.read()
+
+
+def _fields(defaults: DataDefaults, now: tuple[int, int | None] | None) -> dict[str, int]:
+    """The ``tf.data.Options().autotune`` fields tfboot sets, and their values, with the
+    limit and the bytes in use ``now`` (None: the RAM budget as planned)."""
     ram = defaults.ram_budget_mib
-    if defaults.limit_mib is not None and working is not None:
-        ram = ram_budget(defaults.limit_mib, working // MIB)
+    if now is not None and now[1] is not None:
+        ram = ram_budget(now[0], now[1] // MIB)
     fields = {
         "ram_budget": None if ram is None else ram * MIB,
         "cpu_budget": defaults.cpu_budget,
@@ -130,14 +155,15 @@ def install(tf: ModuleType, defaults: DataDefaults) -> bool:
     if owner is None:
         return False
     root = cgroup_root(os.environ)
-    working = reader(root, defaults.limit_file) if defaults.limit_mib is not None else None
+    limit = defaults.limit_mib
+    room = None if limit is None else Room(root, limit, defaults.limit_file)
     module = sys.modules.get(owner.__module__)
     variant = getattr(module, "_VariantDataset", None)
     spec = getattr(module, "DatasetSpec", None)
 
     def filled(dataset: Any) -> Any:
         own = _own_options(tf, dataset, variant)
-        ours = _fields(defaults, None if working is None else working.read())
+        ours = _fields(defaults, None if room is None else room.read())
         filling = None if own is None else _filling(tf, own, ours)
         return dataset if filling is None else dataset.with_options(filling)
 
