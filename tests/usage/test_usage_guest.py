@@ -447,6 +447,10 @@ def test_a_limit_changed_while_running_is_recorded(tmp_path: Path) -> None:
     ]
     assert cpu["quota"] == 4 and [e["quota"] for e in cpu["earlier_quotas"]] == [2]
     assert memory["scope"]["covers"] == "cgroup"
+    # What the job used under each: memory.current sampled (memory.peak did not rise).
+    assert memory["earlier_limits"][0]["peak_mib"] == memory["since_resize"]["peak_mib"] == 200
+    assert cpu["earlier_quotas"][0]["throttled_fraction"] == 0.0
+    assert cpu["since_resize"]["throttled_fraction"] == 0.0
 
 
 # -- one job, one report ---------------------------------------------------------------------

@@ -16,6 +16,7 @@ from support import REPO
 from tfboot.node import counters
 from tfboot.usage import sinks
 from tfboot.usage.measure import SCHEMA
+from tfboot.usage.schema import problem
 from tfboot.usage.suggest import percentile, run_needs, suggest
 
 CGROUPS = REPO / "tests" / "testdata" / "cgroup"
@@ -135,6 +136,69 @@ def test_throttling_grows_the_cpu_from_the_quota() -> None:
     assert (
         calm["resources"]["requests"]["cpu"] == "400m" and calm["resources"]["limits"]["cpu"] == "1"
     )
+
+
+def resized(earlier: dict[str, Any], since: dict[str, Any], **now: Any) -> dict[str, Any]:
+    """A record of a run resized once: its stretch under the earlier limit and quota, and
+    its stretch since (``usage.stretches``)."""
+    entry = record(**now)
+    entry["host_memory"] |= {"earlier_limits": [earlier["memory"] | {"until": "T1"}],
+                             "since_resize": since["memory"]}  # fmt: skip
+    entry["cpu"] |= {"earlier_quotas": [earlier["cpu"] | {"until": "T1"}],
+                     "since_resize": since["cpu"], "wall_seconds": 300.0}  # fmt: skip
+    return entry
+
+
+def test_each_peak_is_judged_against_the_limit_in_force_when_it_came() -> None:
+    """1960 MiB under 2048 hit that limit; 600 MiB under 1024 since did not: the need grows
+    from 2048, not from the limit at the end, and the line pairs each peak with its limit."""
+    entry = resized(
+        {"memory": {"limit_mib": 2048, "peak_mib": 1960.0, "oom_kills": 0},
+         "cpu": {"quota": 2.0, "used_cpus": 1.2, "throttled_fraction": 0.0, "seconds": 120.0}},
+        {"memory": {"peak_mib": 600.0, "oom_kills": 0},
+         "cpu": {"used_cpus": 0.5, "throttled_fraction": 0.0, "seconds": 180.0}},
+        peak=1960.0, limit=1024, used=0.78, quota=1.0,
+    )  # fmt: skip
+    needs = run_needs(entry)
+    assert needs["memory_mib"] == 2048 * 1.25
+    assert needs["why"] == ["host memory grows from its limit 2048 MiB (peak at the limit)"]
+    assert needs["cpus"] == pytest.approx(1.2 * 1.15)  # the stretch of 2 minutes used 1.2
+    line = sinks.used_line(entry)
+    assert "host memory peak 600.0 MiB of 1024 MiB limit since a resize at T1 (before: " \
+        "1960.0 MiB of 2048 MiB limit)" in line  # fmt: skip
+    assert "CPU 0.50 of a 1-CPU quota since a resize at T1 (before: 1.20 of a 2-CPU quota, " \
+        "throttled in 0.0% of periods), throttled in 0.0% of periods" in line  # fmt: skip
+    assert problem(entry) is None
+
+
+def test_a_figure_a_resize_made_is_said_to_be_the_resize_s() -> None:
+    """Throttled and at the limit only under what a resize lowered: the need still grows
+    from that limit, and the suggestion says the resize, not the job, made it."""
+    entry = resized(
+        {"memory": {"limit_mib": 2048, "peak_mib": 900.0, "oom_kills": 0},
+         "cpu": {"quota": 2.0, "used_cpus": 0.9, "throttled_fraction": 0.0, "seconds": 120.0}},
+        {"memory": {"peak_mib": 1010.0, "high_events": 3},
+         "cpu": {"used_cpus": 0.98, "throttled_fraction": 0.4, "seconds": 180.0}},
+        peak=1010.0, limit=1024, used=0.95, quota=1.0,
+    )  # fmt: skip
+    needs = run_needs(entry)
+    assert needs["memory_mib"] == 1280 and needs["cpus"] == 1.25
+    assert needs["notes"] == [
+        "host memory hit its limit of 1024 MiB only after a resize lowered it from 2048 MiB: "
+        "the resize, not the job, made that figure",
+        "CPU hit its limit of 1.0 CPUs only after a resize lowered it from 2.0 CPUs: the "
+        "resize, not the job, made that figure",
+    ]
+
+
+def test_stretches_a_record_cannot_hold_are_refused() -> None:
+    entry = record()
+    entry["cpu"]["earlier_quotas"] = [{"quota": -1}]
+    assert problem(entry) == "the record.cpu.earlier_quotas[0].quota is not a number from 0 to " \
+        f"{1 << 20:g}"  # fmt: skip
+    entry = record()
+    entry["host_memory"]["earlier_limits"] = [{}] * 33
+    assert problem(entry) == "the record.host_memory.earlier_limits is not a list of at most 32"
 
 
 def test_gpu_at_its_cap_or_with_allocator_ooms_grows() -> None:

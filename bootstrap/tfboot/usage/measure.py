@@ -35,6 +35,7 @@ from ..node.proctree import Tree
 from .schema import SCHEMA
 from .scope import TREE, covers
 from .shares import recorded
+from .stretches import CpuStretch, MemoryStretch, kept
 
 MIB = 1 << 20
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
@@ -129,6 +130,9 @@ class Meter:
         self.quota = (budget.cpu.quota, budget.cpu.quota_source)
         self.earlier_limits: list[dict[str, Any]] = []
         self.earlier_quotas: list[dict[str, Any]] = []
+        # What the job used under the limit and the quota in force now (``stretches``).
+        self.memory_stretch = MemoryStretch(start, self.sampled)
+        self.cpu_stretch = CpuStretch(self.cpu)
         self.shm_peak = 0  # /dev/shm's highest, in bytes, where a DataLoader ran
         self.lock = threading.Lock()  # held for no I/O: a fork never inherits it taken
 
@@ -137,31 +141,45 @@ class Meter:
             return counters.cpu(self.env)
         return counters.Cpu(_tree_cpu(self.pid), f"{TREE} (/proc/PID/stat, os.times)")
 
-    def _limits(self) -> None:
+    def _limits(self, used: counters.Memory | None) -> None:
         """Read the container's limits again; a change keeps the one before, with when it
-        ended. The files are read outside the lock, which guards only the comparison (the
-        publisher and the end may both sample)."""
+        ended and what the job used under it (``stretches``). The files are read outside
+        the lock, which guards only the comparison (the publisher and the end may both
+        sample)."""
         now = _stamp(time.time())
         memory = None if self.fixed else memory_budget(self.env)
         quota = cpu_budget(self.env)
         with self.lock:
             if memory is not None and not memory.problem and memory.limit_mib != self.limit[0]:
-                self.earlier_limits.append({"limit_mib": self.limit[0], "until": now})
+                ended = {"limit_mib": self.limit[0], "until": now,
+                         **self.memory_stretch.figures(used)}  # fmt: skip
+                kept(self.earlier_limits, ended)
                 self.limit = (memory.limit_mib, memory.source)
+                self.memory_stretch = MemoryStretch(used)
             if not quota.problem and quota.quota != self.quota[0]:
-                self.earlier_quotas.append({"quota": self.quota[0], "until": now})
+                cpu = self._cpu_counters()
+                kept(
+                    self.earlier_quotas,
+                    {"quota": self.quota[0], "until": now, **self.cpu_stretch.figures(cpu)},
+                )
                 self.quota = (quota.quota, quota.quota_source)
+                self.cpu_stretch = CpuStretch(cpu)
 
     def sample(self) -> counters.Memory | None:
-        """Read the limits and the memory counters; keep the highest sampled figure (the
-        cgroup's without a kernel peak, the process tree's). None: the tree is the scope."""
-        self._limits()
+        """Read the memory counters and the limits; keep the highest sampled figure (the
+        cgroup's without a kernel peak, the process tree's), over the run and under the
+        limit in force. None: the tree is the scope."""
         if not self.memory_cover.cgroup:
-            self.sampled = max(self.sampled or 0, Tree(self.pid).resident_bytes)
+            resident = Tree(self.pid).resident_bytes
+            self.sampled = max(self.sampled or 0, resident)
+            self.memory_stretch.see(resident)
+            self._limits(None)
             return None
         now = counters.memory(self.env)
         if now.peak is None and now.current is not None:
             self.sampled = max(self.sampled or 0, now.current)
+        self.memory_stretch.see(now.current)
+        self._limits(now)
         return now
 
     def record(self, frameworks: Sequence[Framework], reason: str, final: bool,
@@ -262,6 +280,7 @@ class Meter:
             "limit_mib": self.limit[0],
             "limit_source": self.limit[1] or None,
             "earlier_limits": self.earlier_limits,
+            "since_resize": self.memory_stretch.figures(now) if self.earlier_limits else None,
             "oom_kills": events.get("oom_kill"),
             "high_events": events.get("high"),
             "max_events": events.get("max"),
@@ -291,6 +310,7 @@ class Meter:
             "quota": self.quota[0],
             "quota_source": self.quota[1] or None,
             "earlier_quotas": self.earlier_quotas,
+            "since_resize": self.cpu_stretch.figures(now) if self.earlier_quotas else None,
             "schedulable": self.budget.cpu.affinity,
             **self._threads(),
             "used_cpus": round(used / wall, 3),

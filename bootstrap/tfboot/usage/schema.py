@@ -15,6 +15,7 @@ import stat
 from typing import Any
 
 from .shares import MAX_VALUE, MAX_VARIABLES, PLUGINS, kept
+from .stretches import MAX_STRETCHES
 
 SCHEMA = "tfboot.usage/v1"
 MAX_MIB = 1 << 30  # a PiB: far past any GPU's or node's memory
@@ -43,6 +44,16 @@ CPU = {"used_cpus": ("number", MAX_CPUS), "quota": ("number", MAX_CPUS),
        "source": ("str", 1024)}  # fmt: skip
 SHM = {"peak_mib": ("number", MAX_MIB), "size_mib": ("number", MAX_MIB),
        "source": ("str", 256)}  # fmt: skip
+# What the job used under one memory limit or CPU quota (``stretches``): ``earlier_limits``,
+# ``earlier_quotas`` (with the limit and when it ended) and ``since_resize``.
+STRETCHES = {
+    "host_memory": ("earlier_limits", {"limit_mib": ("number", MAX_MIB), "until": ("str", 32),
+                    "peak_mib": ("number", MAX_MIB), "oom_kills": ("count", MAX_COUNT),
+                    "high_events": ("count", MAX_COUNT)}),
+    "cpu": ("earlier_quotas", {"quota": ("number", MAX_CPUS), "until": ("str", 32),
+            "used_cpus": ("number", MAX_CPUS), "throttled_fraction": ("ratio", 1),
+            "seconds": ("number", MAX_SECONDS)}),
+}  # fmt: skip
 # A record written as a wait that ends the process in C began (no final record follows).
 WAITING = {"limit": ("str", 64), "seconds": ("number", MAX_SECONDS)}
 REQUIRED = {"gpu": ("index", "physical", "framework"), "cpu": (), "host_memory": (),
@@ -120,6 +131,21 @@ def _section(section: Any, fields: dict[str, tuple[str, float]], where: str,
     return None
 
 
+def _stretches(section: dict[str, Any], key: str, where: str) -> str | None:
+    """What is wrong with a section's stretches under earlier limits and since the last
+    resize, or None."""
+    name, fields = STRETCHES[key]
+    earlier = section.get(name)
+    if earlier is not None and (not isinstance(earlier, list) or len(earlier) > MAX_STRETCHES):
+        return f"{where}.{name} is not a list of at most {MAX_STRETCHES}"
+    for number, stretch in enumerate(earlier or []):
+        found = _section(stretch, fields, f"{where}.{name}[{number}]", ())
+        if found:
+            return found
+    since = section.get("since_resize")
+    return None if since is None else _section(since, fields, f"{where}.since_resize", ())
+
+
 def _share(share: Any, where: str) -> str | None:
     """What is wrong with a record's ``gpu_share`` (the plugins' variables), or None."""
     if share is None:
@@ -159,7 +185,8 @@ def problem(record: Any, where: str = "the record", members: bool = True) -> str
         if found:
             return found
     for key, fields in (("host_memory", MEMORY), ("cpu", CPU)):
-        found = _section(record.get(key), fields, f"{where}.{key}", REQUIRED[key])
+        found = _section(record.get(key), fields, f"{where}.{key}", REQUIRED[key]) or \
+            _stretches(record[key], key, f"{where}.{key}")  # fmt: skip
         if found:
             return found
     found = _share(record.get("gpu_share"), f"{where}.gpu_share")

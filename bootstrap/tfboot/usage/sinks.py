@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from ..executor.governor import FILLERS
@@ -39,11 +40,23 @@ def _gpu(gpu: dict[str, Any]) -> str:
     return text
 
 
+def _of_limit(mib: Any) -> str:
+    return f" of {mib} MiB limit" if mib else " of no limit"
+
+
+def _memory_stretch(stretch: dict[str, Any]) -> str:
+    return f"{_number(stretch.get('peak_mib'))} MiB{_of_limit(stretch.get('limit_mib'))}"
+
+
 def _memory(memory: dict[str, Any]) -> str:
-    limit = f" of {memory['limit_mib']} MiB limit" if memory.get("limit_mib") else " of no limit"
-    if memory.get("earlier_limits"):
-        limit += f" (resized from {memory['earlier_limits'][0].get('limit_mib')} MiB)"
-    text = f"host memory peak {_number(memory.get('peak_mib'))} MiB{limit}"
+    """The peak against the limit it came under: after a resize, the peak since, and each
+    earlier limit's own."""
+    peak, limit = memory.get("peak_mib"), _of_limit(memory.get("limit_mib"))
+    since = memory.get("since_resize")
+    if memory.get("earlier_limits") and isinstance(since, dict):
+        peak = since.get("peak_mib")
+        limit += _before(memory["earlier_limits"], _memory_stretch)
+    text = f"host memory peak {_number(peak)} MiB{limit}"
     counts = [f"{memory[k]} {label}" for k, label in
               (("oom_kills", "OOM kills"), ("high_events", "memory.high events"))
               if memory.get(k) is not None]  # fmt: skip
@@ -81,13 +94,43 @@ def _cpu(cpu: dict[str, Any]) -> str:
     if isinstance(wall, int | float) and wall < MIN_CPU_WINDOW_S:
         budget = f"a {cpu['quota']:g}-CPU quota" if cpu.get("quota") else "no quota"
         return f"CPU ({budget}{threads}) not judged in a run under {MIN_CPU_WINDOW_S} s"
-    quota = f" of a {cpu['quota']:g}-CPU quota" if cpu.get("quota") else " of no quota"
-    if cpu.get("earlier_quotas"):
-        quota += f" (resized from {cpu['earlier_quotas'][0].get('quota')})"
-    text = f"CPU {'unknown' if used is None else f'{used:.2f}'}{quota}"
-    if cpu.get("throttled_fraction") is not None:
-        text += f", throttled in {cpu['throttled_fraction']:.1%} of periods"
-    return text + threads
+    text = f"CPU {_cpus(used)}{_of_quota(cpu.get('quota'))}"
+    throttled = cpu.get("throttled_fraction")
+    since = cpu.get("since_resize")
+    if cpu.get("earlier_quotas") and isinstance(since, dict):
+        text = f"CPU {_cpus(since.get('used_cpus'))}{_of_quota(cpu.get('quota'))}"
+        throttled = since.get("throttled_fraction")
+        text += _before(cpu["earlier_quotas"], _cpu_stretch)
+    return text + _throttled(throttled) + threads
+
+
+def _cpu_stretch(stretch: dict[str, Any]) -> str:
+    return (f"{_cpus(stretch.get('used_cpus'))}{_of_quota(stretch.get('quota'))}"
+            f"{_throttled(stretch.get('throttled_fraction'))}")  # fmt: skip
+
+
+def _cpus(used: Any) -> str:
+    return "unknown" if not isinstance(used, int | float) else f"{used:.2f}"
+
+
+def _of_quota(quota: Any) -> str:
+    return f" of a {quota:g}-CPU quota" if isinstance(quota, int | float) and quota else \
+        " of no quota"  # fmt: skip
+
+
+def _throttled(fraction: Any) -> str:
+    return "" if fraction is None else f", throttled in {fraction:.1%} of periods"
+
+
+SAID_STRETCHES = 3  # earlier limits the line names (the record keeps them all)
+
+
+def _before(earlier: list[dict[str, Any]], said: Callable[[dict[str, Any]], str]) -> str:
+    """What each limit before the last resize saw, the latest first, as the line says it."""
+    latest = earlier[-1]
+    parts = [said(e) for e in reversed(earlier[-SAID_STRETCHES:])]
+    more = f" and {len(earlier) - SAID_STRETCHES} more" if len(earlier) > SAID_STRETCHES else ""
+    return f" since a resize at {latest.get('until')} (before: {'; '.join(parts)}{more})"
 
 
 def _number(value: Any) -> str:

@@ -80,19 +80,7 @@ def run_needs(record: dict[str, Any], unfinished_killed: bool = True) -> dict[st
     memory = record.get("host_memory") or {}
     memory_need = None
     if memory.get("peak_mib") is not None:
-        limit = memory.get("limit_mib")
-        events = [f"{memory.get(k)} {label}" for k, label in
-                  (("oom_kills", "OOM kills"), ("high_events", "memory.high events"))
-                  if memory.get(k)]  # fmt: skip
-        near = bool(limit) and memory["peak_mib"] >= NEAR * limit
-        hit = bool(events) or near or killed
-        memory_need, grew = _grown(memory["peak_mib"], limit, hit)
-        memory_need = max(memory_need, MIN_MEMORY_MIB)
-        if grew:
-            cause = ", ".join(events) or (
-                "no final report (killed)" if killed else "peak at the limit"
-            )
-            why.append(f"host memory grows from its limit {limit} MiB ({cause})")
+        memory_need = _memory_need(memory, killed, why, notes)
     cpu = record.get("cpu") or {}
     cpu_need = None
     wall = cpu.get("wall_seconds")
@@ -100,18 +88,83 @@ def run_needs(record: dict[str, Any], unfinished_killed: bool = True) -> dict[st
     if short and cpu.get("used_cpus") is not None:
         notes.append(f"a run of {wall:g} s gives no CPU figure (under {MIN_CPU_WINDOW_S} s)")
     elif cpu.get("used_cpus") is not None:
-        throttled = cpu.get("throttled_fraction") or 0.0
-        cpu_need, grew = _grown(cpu["used_cpus"], cpu.get("quota"), throttled >= THROTTLED, 0)
-        cpu_need = max(cpu_need, MIN_CPU)
-        if grew:
-            why.append(f"CPU grows from its quota {cpu.get('quota')} (throttled in "
-                       f"{throttled:.1%} of periods)")  # fmt: skip
+        cpu_need = _cpu_need(cpu, why, notes)
     shm = record.get("shm") or {}
     shm_need = shm["peak_mib"] * (1 + MARGIN) if shm.get("peak_mib") else None
     return {"gpu_mib": gpu, "memory_mib": memory_need, "cpus": cpu_need, "why": why,
             "shm_mib": shm_need,
             "notes": notes, "outside_pool_mib": _outside(record.get("gpus") or []),
             "memory_covers": ((memory.get("scope") or {}).get("covers") or "cgroup")}  # fmt: skip
+
+
+def _stretches(section: dict[str, Any], earlier: str, limit: str) -> list[dict[str, Any]]:
+    """The run's stretches under one limit each, the last the limit at the end: a record
+    with no resize, or one written before stretches were kept, is one stretch."""
+    since = section.get("since_resize")
+    listed = section.get(earlier) or []
+    if not listed or not isinstance(since, dict):
+        return [section]
+    return [*listed, {**since, limit: section.get(limit)}]
+
+
+def _resized_note(hit: dict[str, Any], stretches: list[dict[str, Any]], limit: str,
+                  what: str, unit: str) -> str | None:  # fmt: skip
+    """A note where only a stretch whose limit a resize lowered hit it: the resize, not the
+    job, made that figure (the job had more before)."""
+    before = stretches[: stretches.index(hit)]
+    larger = [s for s in before if (s.get(limit) or 0) > (hit.get(limit) or 0)]
+    if not larger:
+        return None
+    return (
+        f"{what} hit its limit of {hit.get(limit)}{unit} only after a resize lowered it "
+        f"from {larger[-1].get(limit)}{unit}: the resize, not the job, made that figure"
+    )
+
+
+def _memory_need(memory: dict[str, Any], killed: bool, why: list[str],
+                 notes: list[str]) -> float:  # fmt: skip
+    """The memory need: the run's peak plus the margin, grown from the limit of the last
+    stretch that hit its own limit (each peak judged against the limit in force then)."""
+    stretches = _stretches(memory, "earlier_limits", "limit_mib")
+    hit, cause = None, ""
+    for stretch in stretches:
+        events = [f"{stretch.get(k)} {label}" for k, label in
+                  (("oom_kills", "OOM kills"), ("high_events", "memory.high events"))
+                  if stretch.get(k)]  # fmt: skip
+        limit, peak = stretch.get("limit_mib"), stretch.get("peak_mib")
+        near = bool(limit) and peak is not None and peak >= NEAR * limit
+        if events or near:
+            hit, cause = stretch, ", ".join(events) or "peak at the limit"
+    if hit is None and killed:
+        hit, cause = stretches[-1], "no final report (killed)"
+    limit = None if hit is None else hit.get("limit_mib")
+    need, grew = _grown(memory["peak_mib"], limit, hit is not None)
+    if grew and hit is not None:
+        why.append(f"host memory grows from its limit {limit} MiB ({cause})")
+        note = _resized_note(hit, stretches, "limit_mib", "host memory", " MiB")
+        notes += [note] if note else []
+    return max(need, MIN_MEMORY_MIB)
+
+
+def _cpu_need(cpu: dict[str, Any], why: list[str], notes: list[str]) -> float:
+    """The CPU need: the CPUs used plus the margin (the most any stretch of a minute or more
+    used, where a resize split the run), grown from the quota of the last stretch that was
+    throttled."""
+    stretches = _stretches(cpu, "earlier_quotas", "quota")
+    used = max([cpu["used_cpus"], *(s["used_cpus"] for s in stretches if
+                isinstance(s.get("used_cpus"), int | float) and
+                (s.get("seconds") or 0) >= MIN_CPU_WINDOW_S)])  # fmt: skip
+    hit = None
+    for stretch in stretches:
+        if (stretch.get("throttled_fraction") or 0.0) >= THROTTLED:
+            hit = stretch
+    need, grew = _grown(used, None if hit is None else hit.get("quota"), hit is not None, 0)
+    if grew and hit is not None:
+        why.append(f"CPU grows from its quota {hit.get('quota')} (throttled in "
+                   f"{hit['throttled_fraction']:.1%} of periods)")  # fmt: skip
+        note = _resized_note(hit, stretches, "quota", "CPU", " CPUs")
+        notes += [note] if note else []
+    return max(need, MIN_CPU)
 
 
 def _gpu_need(gpus: list[dict[str, Any]], why: list[str]) -> float | None:
