@@ -27,6 +27,19 @@ def test_quota_found(case: str, cpus: float, source: str) -> None:
     assert quota.source == source
 
 
+def test_a_parent_s_quota_is_said_to_be_shared_in_the_threads_reason() -> None:
+    """v2-nested: the container's cpu.max says max under the Pod's 2.5 CPUs."""
+    budget = cpu_budget({"TFBOOT_CGROUP_ROOT": str(TREES / "v2-nested")})
+    assert budget.shared == (
+        "a parent cgroup's, shared with every process under /sys/fs/cgroup/kubepods/burstable/pod1"
+    )
+    from tfboot import resolve
+    from tfboot.budget.threads import thread_budget
+
+    assert budget.shared in thread_budget(resolve({}), budget, "TensorFlow").why
+    assert cpu_budget({"TFBOOT_CGROUP_ROOT": str(TREES / "v2-quota")}).shared == ""
+
+
 @pytest.mark.parametrize("case", ["v2-max", "v2-unset", "v1-unlimited", "no-cgroup"])
 def test_no_quota(case: str) -> None:
     assert cpu_quota(str(TREES / case)) is None

@@ -9,6 +9,7 @@ import pytest
 from support import data_defaults, decision, problem_text, tf_plan
 from tfboot import resolve
 from tfboot.budget.hostmemory import DataDefaults
+from tfboot.errors import ConfigError
 from tfboot.node.cgroup import CgroupError, memory_limit
 from tfboot.node.cpu import CpuBudget
 from tfboot.node.hostmem import MemoryBudget, memory_budget
@@ -28,6 +29,50 @@ TREES = Path(__file__).parent / "testdata" / "cgroup"
 def test_limit_found(case: str, mib: int, source: str) -> None:
     limit = memory_limit(str(TREES / case))
     assert limit is not None and (limit.mib, limit.source) == (mib, source)
+
+
+def test_a_parent_s_limit_is_said_to_be_shared() -> None:
+    """The container's own file says max under the Pod's cgroup's limit (a container without
+    a limit of its own, a systemd slice, a Slurm job): the budget is the parent's, shared with
+    every process under it; the container's own limit is its own."""
+    parent = memory_limit(str(TREES / "v2-memory-parent"))
+    assert parent is not None and parent.shared == (
+        "a parent cgroup's, shared with every process under /sys/fs/cgroup/kubepods/burstable/pod1"
+    )
+    own = memory_limit(str(TREES / "v2-memory"))
+    assert own is not None and own.shared == ""
+
+
+@pytest.mark.parametrize(
+    ("case", "pod", "mib", "source", "shared"),
+    [
+        # the parents hidden, the container's file max: the Downward API's figure is the limit
+        ("v2-memory-max", "3000", 3000, "TFBOOT_POD_MEMORY_LIMIT_MB=3000",
+         "the Pod's, shared with its other containers"),
+        # the container's file holds the Pod's limit (pod-level resources): said to be shared
+        ("v2-memory", "600", 600, "/sys/fs/cgroup/memory.max",
+         "the Pod's, shared with its other containers (TFBOOT_POD_MEMORY_LIMIT_MB=600)"),
+        # a container limit of its own, under the Pod's: its own
+        ("v2-memory", "2048", 600, "/sys/fs/cgroup/memory.max", ""),
+    ],
+)  # fmt: skip
+def test_the_pod_s_limit_from_the_downward_api(
+    case: str, pod: str, mib: int, source: str, shared: str
+) -> None:
+    env = {"TFBOOT_CGROUP_ROOT": str(TREES / case), "TFBOOT_POD_MEMORY_LIMIT_MB": pod}
+    found = memory_budget(env)
+    assert (found.limit_mib, found.source, found.shared) == (mib, source, shared)
+    host = tf_plan(env, 0, memory=found).host
+    assert host.limit_mib == mib and (shared or "from") in host.origin
+
+
+@pytest.mark.parametrize("value", ["lots", "0", "-5", "99999999"])
+def test_a_pod_limit_that_is_not_mib_is_refused(value: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        resolve({"TFBOOT_POD_MEMORY_LIMIT_MB": value})
+    assert "TFBOOT_POD_MEMORY_LIMIT_MB" in str(raised.value) and "from 1 to 16777216" in str(
+        raised.value
+    )
 
 
 @pytest.mark.parametrize(

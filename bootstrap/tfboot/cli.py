@@ -152,12 +152,14 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
             "schedulable": budget.affinity,
             "quota": budget.quota,
             "quota_source": budget.quota_source or None,
+            "quota_shared": budget.shared or None,
             "auto_threads": budget.threads,
             "problem": budget.problem or None,
         },
         "memory": {
             "limit_mib": found.limit_mib,
             "limit_source": found.origin,
+            "limit_shared": (memory.shared or None) if settings.host_memory == "auto" else None,
             "tf_data": None if found.data is None else vars(found.data),
             "malloc": None if malloc is None else malloc.why,
             "problem": memory.problem or None,
@@ -246,6 +248,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"{name:<{width}}  {shown[name]:<{values}}  {row['source']}")
     cpu = data["cpu"]
     quota = f"{cpu['quota']:g} CPUs from {cpu['quota_source']}" if cpu["quota"] else "none"
+    quota += f" ({cpu['quota_shared']})" if cpu["quota_shared"] else ""
     print(f"\nCPU: {cpu['schedulable']} schedulable, quota {quota}", end="")
     print(f"; CPU_THREADS=auto gives {cpu['auto_threads']}" if cpu["auto_threads"] else "")
     if cpu["problem"]:

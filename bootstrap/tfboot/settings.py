@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .cluster import MODES, NAMES
 from .errors import ConfigError, Problem, bounded
 from .node.deviceplugin import PluginLimit, auto_without_share, read_plugin_limit
+from .node.hostmem import MAX_POD_MIB, POD_MEMORY_VARIABLE
 from .provenance import user_value
 from .values import digits, hide_credentials, nonblank, positive, shorten
 
@@ -38,6 +39,7 @@ DISABLE = "TFBOOT_DISABLE"
 ENV_FILE = "TFBOOT_ENV_FILE"
 ON_ERROR = "TFBOOT_ON_ERROR"
 LOG = "TFBOOT_LOG"
+POD_MEMORY = POD_MEMORY_VARIABLE  # the Pod's limits.memory, where it is the container's budget
 # The usage report's (tfboot.usage): also read from the process environment only.
 USAGE = "TFBOOT_USAGE"
 USAGE_FILE = "TFBOOT_USAGE_FILE"
@@ -225,6 +227,11 @@ def _path_or_off(name: str, value: str) -> str | None:
     return None if _word(value) == "off" else _path(name, value)
 
 
+def _pod_memory(name: str, value: str) -> int:
+    return bounded(name, value, 1, MAX_POD_MIB, "MiB (the Downward API's limits.memory, "
+                   "divisor 1Mi)")  # fmt: skip
+
+
 def _interval(name: str, value: str) -> int:
     return bounded(name, value, 1, MAX_INTERVAL_S, "whole seconds")
 
@@ -261,6 +268,7 @@ CONTROL: tuple[Variable, ...] = (
     Variable(ENV_FILE, lambda _name, value: value.strip(), "path of a .env file", None),
     Variable(ON_ERROR, _choice("raise", "warn"), "raise | warn", "raise"),
     Variable(LOG, _choice("quiet", "info", "debug"), "quiet | info | debug", "info"),
+    Variable(POD_MEMORY, _pod_memory, f"MiB 1..{MAX_POD_MIB}", None),
     Variable(USAGE, parse_bool, "bool", True),
     Variable(USAGE_FILE, _path, "path of the JSON usage file", None),
     Variable(USAGE_INTERVAL, _interval, f"seconds 1..{MAX_INTERVAL_S}", 30),

@@ -94,7 +94,8 @@ def host_memory(settings: Settings, cpu: CpuBudget, memory: MemoryBudget) -> Hos
         warnings = _over(origin, choice, memory)
     else:
         limit = memory.limit_mib
-        found = f"{limit} MiB from {memory.source}" if limit else "no container memory limit"
+        whose = f" ({memory.shared})" if memory.shared else ""
+        found = f"{limit} MiB from {memory.source}{whose}" if limit else "no container memory limit"
         origin = f"HOST_MEMORY_LIMIT_MB=auto: {found}"
     cpus = _data_cpus(settings, cpu)
     # A figure is this process tree's budget, in a container or not: its working set is the

@@ -33,7 +33,12 @@ def thread_budget(settings: Settings, cpu: CpuBudget, framework: str) -> Threads
         return Threads(choice, why, over)
     if choice == "host" or cpu.threads is None:
         return Threads(None)
-    why = f"CPU_THREADS=auto: quota {cpu.quota:g} CPUs from {cpu.quota_source}, rounded up"
+    why = f"CPU_THREADS=auto: quota {cpu.quota:g} CPUs from {cpu.quota_source}{_whose(cpu)}, " \
+        "rounded up"  # fmt: skip
     if cpu.threads < (cpu.quota or 0):
         why += f", within {cpu.affinity} schedulable CPUs"
     return Threads(cpu.threads, why)
+
+
+def _whose(cpu: CpuBudget) -> str:
+    return f" ({cpu.shared})" if cpu.shared else ""

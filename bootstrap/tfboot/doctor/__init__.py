@@ -111,6 +111,7 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
         "schedulable": budget.affinity,
         "quota": budget.quota,
         "quota_source": budget.quota_source or None,
+        "quota_shared": budget.shared or None,
         "problem": budget.problem or None,
     }
     plan = result.plan
@@ -120,6 +121,7 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
         "limit_mib": host.limit_mib if host else None,
         "cgroup_limit_mib": memory.limit_mib,
         "cgroup_source": memory.source or None,
+        "cgroup_shared": memory.shared or None,
         "tf_data": vars(host.data) if host and host.data else None,
         "pinned_mib": os.environ.get(PINNED_ENV),
         "malloc": (plan.malloc or None) if plan else None,
@@ -188,11 +190,13 @@ def render(report: dict[str, Any]) -> str:
         lines.append(f"  {name}: {cap}; {used}")
     cpu, threads = report["cpu"], report["threads"]
     quota = f"{cpu['quota']:g} CPUs ({cpu['quota_source']})" if cpu["quota"] else "none"
+    quota += f", {cpu['quota_shared']}" if cpu.get("quota_shared") else ""
     lines.append(f"CPU: {cpu['schedulable']} schedulable, quota {quota}")
     if cpu.get("problem"):
         lines.append(f"  {cpu['problem']}")
     host = report["host_memory"]
     limit = f"{host['cgroup_limit_mib']} MiB ({host['cgroup_source']})"
+    limit += f", {host['cgroup_shared']}" if host.get("cgroup_shared") else ""
     lines.append(f"host memory: container limit {limit if host['cgroup_limit_mib'] else 'none'}")
     if host["tf_data"]:
         lines.append(f"  tf.data defaults: {DataDefaults(**host['tf_data']).describe()}")

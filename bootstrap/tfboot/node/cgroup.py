@@ -21,18 +21,22 @@ from ..values import HUGE, digits
 
 @dataclass(frozen=True)
 class Quota:
-    """A CPU quota in CPUs (1.5 = one and a half CPUs) and the file it came from."""
+    """A CPU quota in CPUs (1.5 = one and a half CPUs), the file it came from, and whose it
+    is where not the process's own cgroup's (``shared``)."""
 
     cpus: float
     source: str
+    shared: str = ""
 
 
 @dataclass(frozen=True)
 class MemoryLimit:
-    """A memory limit in bytes and the file it came from."""
+    """A memory limit in bytes, the file it came from, and whose it is where not the
+    process's own cgroup's (``shared``)."""
 
     bytes: int
     source: str
+    shared: str = ""
 
     @property
     def mib(self) -> int:
@@ -166,7 +170,7 @@ def cpu_quota(root: str = "/") -> Quota | None:
     Raises ``CgroupError`` (only) when a cgroup file is present but unreadable or malformed.
     """
     found = _tightest_limit(root, "cpu", _v1_quota, "cpu.cfs_quota_us", _v2_quota, "cpu.max")
-    return None if found is None else Quota(found[0], found[1])
+    return None if found is None else Quota(*found)
 
 
 def memory_limit(root: str = "/") -> MemoryLimit | None:
@@ -191,7 +195,7 @@ def memory_limit(root: str = "/") -> MemoryLimit | None:
     total = _mem_total(root)
     if total is not None and found[0] >= total:
         return None
-    return MemoryLimit(int(found[0]), found[1])
+    return MemoryLimit(int(found[0]), found[1], found[2])
 
 
 def _v2_memory(root: str, directory: str) -> float | None:
@@ -341,8 +345,9 @@ def _tightest_limit(
     v1_name: str,
     read_v2: Callable[[str, str], float | None],
     v2_name: str,
-) -> tuple[float, str] | None:
-    """The smallest limit of ``controller`` from the process's cgroup up to the mount."""
+) -> tuple[float, str, str] | None:
+    """The smallest limit of ``controller`` from the process's cgroup up to the mount: its
+    value, its file and whose it is ("" for the process's own cgroup, see ``_tightest``)."""
     found = _find(root, controller)
     if found is None:
         return None
@@ -354,15 +359,21 @@ def _tightest_limit(
 
 def _tightest(
     root: str, mount: _Mount, path: str, read: Callable[[str, str], float | None], name: str
-) -> tuple[float, str] | None:
-    best: tuple[float, str] | None = None
-    for directory in _directories(mount, path):
+) -> tuple[float, str, str] | None:
+    """The smallest limit on the path, the process's own cgroup's on a tie. A parent's that
+    wins holds a budget shared with every process under it: a Pod's cgroup over a container
+    with no limit of its own (sidecars included), a systemd slice, a Slurm job's cgroup."""
+    best: tuple[float, str, str] | None = None
+    for level, directory in enumerate(_directories(mount, path)):
         try:
             value = read(root, directory)
         except Missing:
             continue
         if value is not None and (best is None or value < best[0]):
-            best = (value, shown(os.path.join(directory, name)))
+            shared = "" if level == 0 else (
+                f"a parent cgroup's, shared with every process under {shown(directory)}"
+            )  # fmt: skip
+            best = (value, shown(os.path.join(directory, name)), shared)
     return best
 
 

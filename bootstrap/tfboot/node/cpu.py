@@ -27,6 +27,7 @@ class CpuBudget:
     quota: float | None
     quota_source: str
     problem: str = ""
+    shared: str = ""  # whose quota it is where not this container's alone (``node.cgroup``)
 
     @property
     def threads(self) -> int | None:
@@ -54,4 +55,4 @@ def cpu_budget(env: Mapping[str, str] | None = None) -> CpuBudget:
         return CpuBudget(affinity, None, "", f"could not read the CPU quota: {exc}")
     if quota is None:
         return CpuBudget(affinity, None, "")
-    return CpuBudget(affinity, quota.cpus, quota.source)
+    return CpuBudget(affinity, quota.cpus, quota.source, shared=quota.shared)

@@ -10,14 +10,23 @@ the working set, read here and again as each pipeline starts, and the limit;
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..values import positive
 from .cgroup import CgroupError, host_memory, memory_limit
 from .cpu import cgroup_root
 from .workingset import working_set_now
 
 MIB = 1 << 20
+# The Pod's memory limit, where a container without one of its own shares it (Kubernetes's
+# pod-level resources): ``tfboot inject`` sets it from the Downward API's ``limits.memory``,
+# which falls back to the Pod's limit. Parsed and refused with the others in ``settings``;
+# read here only as the digits it must be.
+POD_MEMORY_VARIABLE = "TFBOOT_POD_MEMORY_LIMIT_MB"
+POD_SHARED = "the Pod's, shared with its other containers"
+MAX_POD_MIB = 1 << 24  # 16 TiB, as HOST_MEMORY_LIMIT_MB
 PINNED_SHARE = 4  # TF_GPU_HOST_MEM_LIMIT_IN_MB: a quarter of the limit
 PINNED_ENV = "TF_GPU_HOST_MEM_LIMIT_IN_MB"
 
@@ -29,6 +38,7 @@ class MemoryBudget:
     limit_mib: int | None
     source: str
     problem: str = ""
+    shared: str = ""  # whose budget it is where not this container's alone
     host_mib: int | None = None  # the host's memory (MemTotal), when read
     working_mib: int | None = None  # the working set when read (None: not read)
 
@@ -45,7 +55,16 @@ def memory_budget(env: Mapping[str, str] | None = None, working: bool = False) -
         return MemoryBudget(None, "", f"could not read the memory limit: {exc}", host)
     source = limit.source if limit is not None else ""
     now = working_set_now(root, source) if working else None
-    return MemoryBudget(
-        None if limit is None else max(1, limit.bytes // MIB), source, host_mib=host,
-        working_mib=None if now is None else now // MIB,
-    )  # fmt: skip
+    mib = None if limit is None else max(1, limit.bytes // MIB)
+    shared = "" if limit is None else limit.shared
+    pod = positive(os.environ.get(POD_MEMORY_VARIABLE, "") if env is None else
+                   env.get(POD_MEMORY_VARIABLE, ""))  # fmt: skip
+    if pod is not None and pod <= MAX_POD_MIB:
+        if mib is None:  # the parents hidden, the container's own file unlimited
+            mib, source = pod, f"{POD_MEMORY_VARIABLE}={pod}"
+            now = working_set_now(root, source) if working else None
+            shared = POD_SHARED
+        elif not shared and mib >= pod:  # the container's file holds the Pod's limit
+            shared = f"{POD_SHARED} ({POD_MEMORY_VARIABLE}={pod})"
+    return MemoryBudget(mib, source, host_mib=host, shared=shared,
+                        working_mib=None if now is None else now // MIB)  # fmt: skip

@@ -127,6 +127,8 @@ class Meter:
             self.limit: tuple[int | None, str] = (host.limit_mib, host.origin)
         else:
             self.limit = (memory.limit_mib, memory.source)
+        # Whose each budget is, where not this container's alone (a parent's, the Pod's).
+        self.shared = {"limit": "" if self.fixed else memory.shared, "quota": budget.cpu.shared}
         self.quota = (budget.cpu.quota, budget.cpu.quota_source)
         self.earlier_limits: list[dict[str, Any]] = []
         self.earlier_quotas: list[dict[str, Any]] = []
@@ -155,6 +157,7 @@ class Meter:
                          **self.memory_stretch.figures(used)}  # fmt: skip
                 kept(self.earlier_limits, ended)
                 self.limit = (memory.limit_mib, memory.source)
+                self.shared["limit"] = memory.shared
                 self.memory_stretch = MemoryStretch(used)
             if not quota.problem and quota.quota != self.quota[0]:
                 cpu = self._cpu_counters()
@@ -163,6 +166,7 @@ class Meter:
                     {"quota": self.quota[0], "until": now, **self.cpu_stretch.figures(cpu)},
                 )
                 self.quota = (quota.quota, quota.quota_source)
+                self.shared["quota"] = quota.shared
                 self.cpu_stretch = CpuStretch(cpu)
 
     def sample(self) -> counters.Memory | None:
@@ -279,6 +283,7 @@ class Meter:
         found.update({
             "limit_mib": self.limit[0],
             "limit_source": self.limit[1] or None,
+            "limit_shared": self.shared["limit"] or None,
             "earlier_limits": self.earlier_limits,
             "since_resize": self.memory_stretch.figures(now) if self.earlier_limits else None,
             "oom_kills": events.get("oom_kill"),
@@ -309,6 +314,7 @@ class Meter:
             "scope": self.cpu_cover.to_dict(),
             "quota": self.quota[0],
             "quota_source": self.quota[1] or None,
+            "quota_shared": self.shared["quota"] or None,
             "earlier_quotas": self.earlier_quotas,
             "since_resize": self.cpu_stretch.figures(now) if self.earlier_quotas else None,
             "schedulable": self.budget.cpu.affinity,

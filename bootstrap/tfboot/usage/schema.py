@@ -37,11 +37,12 @@ GPU = {"index": ("count", MAX_GPUS), "physical": ("count", MAX_GPUS), "framework
        "pid": ("count", MAX_COUNT), "source": ("str", 512)}  # fmt: skip
 MEMORY = {"peak_mib": ("number", MAX_MIB), "limit_mib": ("number", MAX_MIB),
           "oom_kills": ("count", MAX_COUNT), "high_events": ("count", MAX_COUNT),
-          "max_events": ("count", MAX_COUNT), "source": ("str", 1024)}  # fmt: skip
+          "max_events": ("count", MAX_COUNT), "source": ("str", 1024),
+          "limit_shared": ("str", 512)}  # fmt: skip
 CPU = {"used_cpus": ("number", MAX_CPUS), "quota": ("number", MAX_CPUS),
        "cpu_seconds": ("number", MAX_SECONDS * MAX_CPUS), "wall_seconds": ("number", MAX_SECONDS),
        "throttled_fraction": ("ratio", 1), "threads": ("count", MAX_CPUS),
-       "source": ("str", 1024)}  # fmt: skip
+       "source": ("str", 1024), "quota_shared": ("str", 512)}  # fmt: skip
 SHM = {"peak_mib": ("number", MAX_MIB), "size_mib": ("number", MAX_MIB),
        "source": ("str", 256)}  # fmt: skip
 # What the job used under one memory limit or CPU quota (``stretches``): ``earlier_limits``,
