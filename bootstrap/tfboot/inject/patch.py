@@ -18,10 +18,13 @@ from typing import Any
 from ..kube import template as t
 from ..kube.dracaps import pod_mps_caps
 from ..kube.interpreter import ADVICE, ignored_by
-from ..kube.workloads import dig, mounted_at, templates
-from ..settings import BOOL_ACCEPTED, BOOL_WORDS
+from ..kube.workloads import dig, mounted_at, own_resources, pod_resources, templates
+from ..settings import BOOL_ACCEPTED, BOOL_WORDS, POD_MEMORY
 
 LIMIT = "MEMORY_LIMIT_MB"
+# What inject gives a container under a Pod-level memory limit (``_pod_memory``).
+POD_MEMORY_ENTRY = {"name": POD_MEMORY, "valueFrom": {"resourceFieldRef": {
+    "resource": "limits.memory", "divisor": "1Mi"}}}  # fmt: skip
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
@@ -192,6 +195,7 @@ def _inject_template(
     memory: dict[str, str | None] = {}
     wrote: dict[str, dict[str, str]] = {}
     notes: list[str] = []
+    pod_memory: list[str] = []
     pod = template["spec"]
     caps = pod_mps_caps(pod, opts.claims) if opts.claims is not None else {}
     given = _annotation(doc, template, t.IMAGE_PYTHONPATH)
@@ -230,6 +234,12 @@ def _inject_template(
         if name in caps:
             env = _list(container, "env", created, f"{path}/env")
             notes += _carry_memory(env, caps[name], memory, values, name, where)
+        if _pod_memory(pod, container, created, path):
+            pod_memory.append(name)
+            notes.append(f"{where} container {name}: its memory limit is the Pod's "
+                         f"(spec.resources), shared with its other containers: {POD_MEMORY} "
+                         "from the Downward API's limits.memory says so to tfboot, and is the "
+                         "limit where the Pod's cgroup is hidden")  # fmt: skip
         for why in ignored_by(container, bool(site_packages)):
             notes.append(f"{where} container {name}: its command runs Python with {why}, so the "
                          f"hook does not run there: {ADVICE}")  # fmt: skip
@@ -247,7 +257,8 @@ def _inject_template(
     record = {"mode": opts.mode, "image": opts.image, "containers": chosen, "asked": asked,
               "created": created, "pythonpath": pythonpaths,
               "wrote": {n: v for n, v in wrote.items() if v},
-              **({"memory": memory} if memory else {})}  # fmt: skip
+              **({"memory": memory} if memory else {}),
+              **({"pod_memory": pod_memory} if pod_memory else {})}  # fmt: skip
     annotations["annotations"][t.RECORD] = json.dumps(record, separators=(",", ":"))
     return notes
 
@@ -276,6 +287,21 @@ def _add_shm(pod: dict[str, Any], chosen: list[str], created: list[str], where: 
     return [f"{where}: /dev/shm: an emptyDir with medium: Memory and sizeLimit: {size}Mi (a "
             f"quarter of limits.memory) mounted in {names}; its pages count against "
             "limits.memory (--shm; uninject takes it out)"]  # fmt: skip
+
+
+def _pod_memory(pod: Mapping[str, Any], container: dict[str, Any], created: list[str],
+                path: str) -> bool:  # fmt: skip
+    """``POD_MEMORY`` from the Downward API's ``limits.memory`` (the Pod's, where the
+    container has none of its own) for a container under a Pod-level memory limit that
+    does not set it itself; whether it was added."""
+    if "memory" in own_resources(container, "limits") or \
+            "memory" not in pod_resources(pod, "limits"):  # fmt: skip
+        return False
+    env = _list(container, "env", created, f"{path}/env")
+    if _last(env, POD_MEMORY) is not None:
+        return False
+    env.append(dict(POD_MEMORY_ENTRY))
+    return True
 
 
 def _merge_hook(env: list[Any], given: str | None, values: dict[str, str]) -> str | None:
@@ -382,6 +408,9 @@ def _env_back(container: dict[str, Any], record: Mapping[str, Any], where: str,
         drop += _pythonpath_back(entry, olds[name], wrote.get("PYTHONPATH"), here, notes)
     elif hooked:  # no record of it: the hook taken out
         drop += _pythonpath_back(hooked[-1], _unhooked(hooked[-1]), None, here, notes)
+    entry = _last(env, POD_MEMORY)
+    if name in (record.get("pod_memory") or []) and entry == POD_MEMORY_ENTRY:
+        drop.append(entry)  # as inject wrote it (a user's change stays)
     memory = record.get("memory") or {}
     if name in memory:
         drop += _memory_back(_last(env, LIMIT), memory[name], wrote.get(LIMIT), here, notes)

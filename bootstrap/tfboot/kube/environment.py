@@ -15,7 +15,7 @@ from typing import Any
 from ..settings import ENV_FILE
 from .documents import quantity
 from .report import Report
-from .workloads import Container, GpuGrant
+from .workloads import Container, GpuGrant, own_resources, pod_resources
 
 DOWNWARD_RESOURCES = re.compile(r"^(limits|requests)\.(cpu|memory|ephemeral-storage|hugepages-.+)$")
 
@@ -26,7 +26,9 @@ def _downward_value(container: Container, ref: Mapping[str, Any]) -> str | None:
     target = ref.get("containerName") or container.spec.get("name")
     for spec in container.pod.get("containers") or []:
         if isinstance(spec, dict) and spec.get("name") == target:
-            amount = quantity(((spec.get("resources") or {}).get(kind) or {}).get(name))
+            # A container without its own limit is given the Pod's (pod-level resources).
+            given = {**pod_resources(container.pod, kind), **own_resources(spec, kind)}
+            amount = quantity(given.get(name))
             divisor = quantity(ref.get("divisor", "1"))
             if amount is None or not divisor:
                 return None  # no limit: the kubelet exposes node allocatable, unknown here

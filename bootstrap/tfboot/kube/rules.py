@@ -49,6 +49,7 @@ RULES: dict[str, tuple[str, str]] = {
     "shm-size-limit": (WARNING, "a memory-backed /dev/shm without sizeLimit"),
     "shm-over-limit": (WARNING, "a memory-backed /dev/shm the memory limit cannot hold"),
     "host-memory-over-limit": (ERROR, "HOST_MEMORY_LIMIT_MB above limits.memory"),
+    "pod-level-shared": (NOTE, "a training container on the Pod's memory limit, beside others"),
     "resources-missing": (ERROR, "no cpu or memory limit, nor a request for one"),
     "quantity-invalid": (ERROR, "a resource quantity that does not parse"),
     "requests-over-limits": (ERROR, "a request above its limit"),

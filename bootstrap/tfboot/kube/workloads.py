@@ -43,6 +43,9 @@ MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-\d+g\.(\d+)gb$")
 # More devices than any node has: such a count is reported (hardening) and grants nothing.
 MAX_DEVICES = 1024
 DEVICE_COUNTS = ("nvidia.com/gpu", "amd.com/gpu")
+# What a Pod's own ``spec.resources`` may hold (pod-level resources, KEP-2837): a container
+# without its own gets the Pod's, shared with the Pod's other containers.
+POD_LEVEL = ("cpu", "memory")
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,13 @@ class Container:
         return kai if kai is not None and kai.container == self.name and kai.devices else None
 
     def resources(self, kind: str) -> dict[str, Any]:
-        value = (self.spec.get("resources") or {}).get(kind) or {}
-        return value if isinstance(value, dict) else {}
+        """The container's ``requests`` or ``limits``, with the Pod's own (``POD_LEVEL``)
+        where the container gives none: what its cgroup gets."""
+        return {**pod_resources(self.pod, kind), **own_resources(self.spec, kind)}
+
+    def pod_level(self, kind: str, name: str) -> bool:
+        """Whether ``name`` (cpu, memory) of ``kind`` is the Pod's, not the container's."""
+        return name not in own_resources(self.spec, kind) and name in pod_resources(self.pod, kind)
 
     def security(self) -> dict[str, Any]:
         return self.spec.get("securityContext") or {}
@@ -124,6 +132,18 @@ class Container:
         """A securityContext field, the container's over the Pod's."""
         own = self.security()
         return own[key] if key in own else (self.pod.get("securityContext") or {}).get(key)
+
+
+def own_resources(spec: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """A container's own ``requests`` or ``limits``."""
+    value = (spec.get("resources") or {}).get(kind) or {}
+    return value if isinstance(value, dict) else {}
+
+
+def pod_resources(pod: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """A Pod's own ``requests`` or ``limits`` (``spec.resources``), cpu and memory only."""
+    value = own_resources(pod, kind)
+    return {name: value[name] for name in POD_LEVEL if name in value}
 
 
 def container_grant(container: Container) -> GpuGrant:

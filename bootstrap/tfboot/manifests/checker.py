@@ -13,9 +13,11 @@ from ..kube.workloads import Container, configmaps, containers, dig, unreached, 
 from .cluster import check_cluster
 from .hardening import check_image, check_resources, check_security
 from .injected import check_injected
+from .podlevel import check_pod_level
 from .variables import check_tfboot
 
-CONTAINER_CHECKS = (check_resources, check_security, check_image, check_tfboot, check_injected)
+CONTAINER_CHECKS = (check_resources, check_security, check_image, check_tfboot, check_injected,
+                    check_pod_level)  # fmt: skip
 # What a field of an unexpected type raises; it is a finding, not a crash.
 SHAPE_ERRORS = (AttributeError, TypeError, KeyError, ValueError)
 FIX = "run kubernetes-validate --strict on it to see which field has the wrong shape"
