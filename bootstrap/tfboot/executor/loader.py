@@ -10,10 +10,13 @@ same arguments and returns what it returns.
   they start (a quota moved by a resize since the import is the one judged). Each
   worker runs PyTorch's ``torch.set_num_threads(1)`` itself, after tfboot's import in a
   spawned worker, so a worker has one thread.
-- At the first batch the main process receives (``_process_data``), judged against
-  ``/dev/shm`` and the memory limit as they are then: the loader holds up to
-  ``num_workers x prefetch_factor`` batches in ``/dev/shm`` and one in use; one warning
-  when that is more than ``/dev/shm``'s size. A warning, not an error: the estimate is
+- At the first batch each iterator's main process receives (``_process_data``; a new
+  iterator each epoch, unless its workers persist), judged against ``/dev/shm`` and the
+  memory limit as they are then (a resize since the import, or of ``/dev/shm`` itself,
+  counts): the loader holds up to ``num_workers x prefetch_factor`` batches in
+  ``/dev/shm`` and one in use; one warning when that is more than ``/dev/shm``'s size, or
+  than the memory limit leaves, said once for each size and limit. A warning, not an
+  error: the estimate is
   taken from the first batch, and a loader whose later batches are smaller, or whose main
   process keeps up, runs.
 - A worker is the main process's guest: no GPU cap of its own should it start CUDA
@@ -55,6 +58,7 @@ FULL = ("No space left on device", "unable to write to file", "unable to allocat
 # (a forked worker inherits it; a spawned one takes PyTorch's default prefetch).
 _loader: dict[str, int] = {}
 _said: set[str] = set()  # what this process already warned about, once each
+JUDGED = "_tfboot_judged"  # set on an iterator whose first batch was judged
 _peak = [0]  # the most /dev/shm held when a batch arrived, in bytes (``shm_peak``)
 
 
@@ -121,10 +125,10 @@ def _first_batch(original: Callable[..., Any], quiet: bool) -> Callable[..., Any
         held = used_bytes()
         if held is not None and held > _peak[0]:
             _peak[0] = held
-        if "batch" not in _said:
+        if not getattr(self, JUDGED, False):  # each iterator's first batch: as things are now
             size = _nbytes(data)
             if size:
-                _said.add("batch")
+                setattr(self, JUDGED, True)
                 _judge(self._num_workers, self._prefetch_factor, size, quiet)
         return original(self, data, *args)
 
@@ -142,13 +146,13 @@ def _judge(workers: int, prefetch: int, size: int, quiet: bool) -> None:
     smaller = "; or fewer workers, a lower prefetch_factor or a smaller batch"
     if shm.size_mib is not None and need > shm.size_mib * MIB:
         fix = _fix(_suggested(need))
-        _once("shm", quiet, f"{holds}, but {shm.describe()}: {fix}{smaller}")
+        _once(f"shm {shm.size_mib}", quiet, f"{holds}, but {shm.describe()}: {fix}{smaller}")
         return
     memory = memory_budget(working=True)
     if memory.limit_mib is None or memory.working_mib is None:
         return
     if need // MIB + memory.working_mib > memory.limit_mib:
-        _once("memory", quiet, f"{holds}, and its pages count against the memory limit of "
+        _once(f"memory {memory.limit_mib}", quiet, f"{holds}, and its pages count against the memory limit of "
               f"{memory.limit_mib} MiB, of which {memory.working_mib} MiB are in use: the OOM "
               f"killer would end a worker; raise the memory limit by {_suggested(need)} MiB "
               f"with {PATH}'s size{smaller}")  # fmt: skip
