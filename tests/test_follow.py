@@ -1,15 +1,17 @@
 """PyTorch's intra-op threads follow the CPU quota while the job runs (``executor.follow``).
 
-Real PyTorch (the CPU wheel) in a fresh process, the quota read from a fake cgroup v2 tree
-(``TFBOOT_CGROUP_ROOT``) whose ``cpu.max`` the test rewrites while the process trains, as a
-resize does: a fake, as this machine's cgroup v2 hierarchy has no cpu controller (cgroup
-v1's quota rewritten live by ``docker update --cpus`` is
-``tests/docker/test_container_follow.py``).
+Real PyTorch (the CPU wheel) in a fresh process. Its quota is the kernel's own where the
+machine has a cgroup v1 cpu hierarchy (root): a cpu cgroup made for the job, whose
+``cpu.cfs_quota_us`` the test rewrites live, as a resize does; and a fake cgroup v2 tree
+(``TFBOOT_CGROUP_ROOT``) whose ``cpu.max`` it rewrites, as this machine's cgroup v2
+hierarchy has no cpu controller. A container's quota rewritten live by ``docker update
+--cpus`` is ``tests/docker/test_container_follow.py``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import scenario_env
+from support import scenario_env, unavailable
 
 TREES = Path(__file__).parent / "testdata" / "cgroup"
 
@@ -82,6 +84,57 @@ class Job:
         last = self.said()
         self.proc.wait(timeout=60)
         return last
+
+
+V1_CPU = Path("/sys/fs/cgroup/cpu")
+
+
+class V1Job(Job):
+    """The program in a real cgroup v1 cpu group of its own, made for it, whose
+    ``cpu.cfs_quota_us`` the test rewrites live, as ``docker update --cpus`` and the kubelet
+    do: the kernel's own files, no Docker."""
+
+    def __init__(self, tmp_path: Path, mode: str) -> None:
+        if os.geteuid() != 0 or not (V1_CPU / "cpu.cfs_quota_us").is_file():
+            unavailable("needs root and a cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu")
+            pytest.skip("needs root and a cgroup v1 cpu hierarchy at /sys/fs/cgroup/cpu")
+        self.group = V1_CPU / f"tfboot-follow-{os.getpid()}-{tmp_path.name}"
+        self.group.mkdir()
+        self.quota(1.5)
+        procs = str(self.group / "cgroup.procs")
+
+        def enter() -> None:  # in the child, before Python starts: the job's own cgroup
+            with open(procs, "w") as joined:
+                joined.write(str(os.getpid()))
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", PROGRAM, mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=scenario_env(), preexec_fn=enter,
+        )  # fmt: skip
+        self.first = self.said()
+
+    def quota(self, cpus: float) -> None:
+        (self.group / "cpu.cfs_quota_us").write_text(f"{int(cpus * 100000)}\n")
+
+    def close(self) -> None:
+        """The job ended, its cgroup removed (a cgroup with a process in it cannot be)."""
+        self.proc.kill()
+        self.proc.wait(timeout=60)
+        self.group.rmdir()
+
+
+def test_intra_op_threads_follow_a_real_v1_quota_rewritten_live(tmp_path: Path) -> None:
+    job = V1Job(tmp_path, "train")
+    try:
+        assert job.first["threads"] == 2
+        job.quota(1)
+        assert job.work(4)["threads"] == 1
+        job.quota(2)
+        assert job.work(4)["threads"] == 2
+        stats = job.end()["stats"]
+    finally:
+        job.close()
+    assert [(s["quota"], s["threads"]) for s in stats["followed"]] == [(1.5, 2), (1, 1), (2, 2)]
 
 
 @pytest.mark.parametrize("mode", ["train", "infer"])
