@@ -453,6 +453,24 @@ def test_a_limit_changed_while_running_is_recorded(tmp_path: Path) -> None:
     assert cpu["since_resize"]["throttled_fraction"] == 0.0
 
 
+def test_a_budget_the_pod_shares_is_named_in_the_record(tmp_path: Path) -> None:
+    """A container's own files say max under the Pod's cgroup's 1 GiB and 2.5 CPUs (two
+    fake trees from tests/testdata/cgroup): the record says whose each budget is."""
+    trees = Path(__file__).parents[1] / "testdata" / "cgroup"
+    for limit, tree in (("limit_shared", "v2-memory-parent"), ("quota_shared", "v2-nested")):
+        usage = tmp_path / f"{tree}.json"
+        done = run(TORCH, {"TFBOOT_USAGE_FILE": str(usage),
+                           "TFBOOT_CGROUP_ROOT": str(trees / tree)})  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        record = json.loads(usage.read_text())
+        section = record["host_memory" if limit == "limit_shared" else "cpu"]
+        assert section[limit] == (
+            "a parent cgroup's, shared with every process under "
+            "/sys/fs/cgroup/kubepods/burstable/pod1"
+        ), section
+        assert f"(shared: {limit})" in used_lines(done.stderr)[0]
+
+
 # -- one job, one report ---------------------------------------------------------------------
 
 

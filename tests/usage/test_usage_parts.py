@@ -191,6 +191,17 @@ def test_a_figure_a_resize_made_is_said_to_be_the_resize_s() -> None:
     ]
 
 
+def test_a_shared_budget_is_said_in_the_line_and_named_in_the_record() -> None:
+    entry = record()
+    entry["host_memory"]["limit_shared"] = "the Pod's, shared with its other containers"
+    entry["cpu"] |= {"quota_shared": "a parent cgroup's, shared with every process under /x",
+                     "wall_seconds": 75.0}  # fmt: skip
+    line = sinks.used_line(entry)
+    assert "of 2048 MiB limit (shared: limit_shared)" in line
+    assert "of a 2-CPU quota (shared: quota_shared)" in line
+    assert problem(entry) is None
+
+
 def test_stretches_a_record_cannot_hold_are_refused() -> None:
     entry = record()
     entry["cpu"]["earlier_quotas"] = [{"quota": -1}]

@@ -52,6 +52,7 @@ def _memory(memory: dict[str, Any]) -> str:
     """The peak against the limit it came under: after a resize, the peak since, and each
     earlier limit's own."""
     peak, limit = memory.get("peak_mib"), _of_limit(memory.get("limit_mib"))
+    limit += " (shared: limit_shared)" if memory.get("limit_shared") else ""
     since = memory.get("since_resize")
     if memory.get("earlier_limits") and isinstance(since, dict):
         peak = since.get("peak_mib")
@@ -93,8 +94,10 @@ def _cpu(cpu: dict[str, Any]) -> str:
         threads += f" ({cpu['threads_kept']})"
     if isinstance(wall, int | float) and wall < MIN_CPU_WINDOW_S:
         budget = f"a {cpu['quota']:g}-CPU quota" if cpu.get("quota") else "no quota"
+        budget += " (shared: quota_shared)" if cpu.get("quota_shared") else ""
         return f"CPU ({budget}{threads}) not judged in a run under {MIN_CPU_WINDOW_S} s"
     text = f"CPU {_cpus(used)}{_of_quota(cpu.get('quota'))}"
+    text += " (shared: quota_shared)" if cpu.get("quota_shared") else ""
     throttled = cpu.get("throttled_fraction")
     since = cpu.get("since_resize")
     if cpu.get("earlier_quotas") and isinstance(since, dict):
