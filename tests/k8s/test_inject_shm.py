@@ -190,10 +190,12 @@ def test_without_the_option_or_a_limit_nothing_is_added() -> None:
     unlimited = source.replace("memory: 4Gi, nvidia.com/gpu: 1", "nvidia.com/gpu: 1")
     assert unlimited != source
     done = inject_shm(unlimited)
-    assert (
-        "Pod/loader-shm container train: /dev/shm not added: it has no limits.memory, "
-        "which its size is taken from; it keeps the runtime's 64 MiB (--shm)" in done.stderr
-    )
+    assert "Pod/loader-shm container train: /dev/shm not added: its size is taken from " \
+        "limits.memory, and it has no limits.memory; it keeps the runtime's 64 MiB (--shm)" \
+        in done.stderr  # fmt: skip
+    invalid = inject_shm(source.replace("memory: 4Gi, nvidia.com/gpu: 1",
+                                        "memory: lots, nvidia.com/gpu: 1"))  # fmt: skip
+    assert "it has limits.memory 'lots', not a size;" in invalid.stderr, invalid.stderr
     assert not any(n.startswith("tfboot-shm") for n in volumes(pod_spec(done.stdout)))
 
 

@@ -18,7 +18,8 @@ from typing import Any
 from ..kube import template as t
 from ..kube.dracaps import pod_mps_caps
 from ..kube.interpreter import ADVICE, ignored_by
-from ..kube.workloads import dig, mounted_at, templates
+from ..kube.shm import RUNTIME, dev_shm
+from ..kube.workloads import dig, templates
 from ..settings import BOOL_ACCEPTED, BOOL_WORDS
 
 LIMIT = "MEMORY_LIMIT_MB"
@@ -108,17 +109,21 @@ def _shm_asked(template: Mapping[str, Any], chosen: list[str]) -> list[Any]:
     """What ``--shm``'s parts are made from: the Pod's hostIPC, and each chosen container's
     limits.memory and the volumes of its own mounted at /dev/shm (tfboot's left out, so an
     injected template gives what its input gave)."""
-    from ..node.shm import PATH
-
     pod = template.get("spec") or {}
     ours = t.owned(chosen)
     found: list[Any] = ["shm", pod.get("hostIPC")]
     for container in pod.get("containers") or []:
         if isinstance(container, dict) and container.get("name") in chosen:
-            limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
-            own = sorted(str(n) for n in mounted_at(container, PATH) if n not in ours)
-            found.append([container["name"], str(limit), own])
+            own = dev_shm(container, pod).volume
+            found.append([container["name"], str(_memory_given(container)),
+                          None if own in ours else own])  # fmt: skip
     return found
+
+
+def _memory_given(container: Mapping[str, Any]) -> Any:
+    """The container's limits.memory as written (None: none, or resources of another shape)."""
+    limits = dig(container, ("resources", "limits"))
+    return limits.get("memory") if isinstance(limits, Mapping) else None
 
 
 def _check_names(template: Mapping[str, Any], chosen: list[str], where: str) -> None:
@@ -275,7 +280,6 @@ def _add_shm(pod: dict[str, Any], chosen: list[str], created: list[str], where: 
     pages count against it, so one shared with a larger container could fill it); what was
     done, and why a container got none, as notes. One mounting a /dev/shm of its own keeps it."""
     from ..kube.documents import quantity
-    from ..kube.shm import RUNTIME, dev_shm
     from ..node.shm import DOCKER_DEFAULT_MIB, MIB, memory_volume, size_under
 
     notes: list[str] = []
@@ -283,16 +287,17 @@ def _add_shm(pod: dict[str, Any], chosen: list[str], created: list[str], where: 
         return [f"{where}: /dev/shm not added: the Pod has hostIPC: true, so its containers "
                 "have the node's /dev/shm (--shm)"]  # fmt: skip
     for container in pod["containers"]:
-        name = str(container.get("name"))
+        name = str(container.get("name")) if isinstance(container, dict) else ""
         if name not in chosen or dev_shm(container, pod).kind != RUNTIME:
             continue
         here = f"{where} container {name}"
-        given = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+        given = _memory_given(container)
         limit = quantity(given)
         size = size_under(limit) if limit else None
-        if limit is None:
-            notes.append(f"{here}: /dev/shm not added: it has no limits.memory, which its size "
-                         f"is taken from; it keeps the runtime's {DOCKER_DEFAULT_MIB} MiB "
+        if not limit:
+            has = "no limits.memory" if given is None else f"limits.memory {given!r}, not a size"
+            notes.append(f"{here}: /dev/shm not added: its size is taken from limits.memory, "
+                         f"and it has {has}; it keeps the runtime's {DOCKER_DEFAULT_MIB} MiB "
                          "(--shm)")  # fmt: skip
             continue
         if size is None:

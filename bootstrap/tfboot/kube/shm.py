@@ -41,17 +41,20 @@ class DevShm:
 def _mount(spec: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The container's last mount at ``/dev/shm``, or None."""
     found = None
-    for mount in spec.get("volumeMounts") or []:
-        if isinstance(mount, Mapping) and str(mount.get("mountPath", "")).rstrip("/") == PATH:
+    for mount in _items(spec, "volumeMounts"):
+        if str(mount.get("mountPath", "")).rstrip("/") == PATH:
             found = mount
     return found
 
 
 def _volume(pod: Mapping[str, Any], name: object) -> Mapping[str, Any] | None:
-    for volume in pod.get("volumes") or []:
-        if isinstance(volume, Mapping) and volume.get("name") == name:
-            return volume
-    return None
+    return next((v for v in _items(pod, "volumes") if v.get("name") == name), None)
+
+
+def _items(owner: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    """The mappings listed under ``key`` (none where it is no list)."""
+    items = owner.get(key)
+    return [i for i in items if isinstance(i, Mapping)] if isinstance(items, list) else []
 
 
 def _of_node(path: object, sub: object) -> bool:
