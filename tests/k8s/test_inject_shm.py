@@ -361,3 +361,13 @@ def test_a_small_limit_s_fix_does_not_call_64_mib_a_quarter() -> None:
     found = findings(text)["shm-over-limit"]
     assert found.hint == "drop the volume (a quarter of limits.memory, 64Mi, is not more than " \
         "the runtime's 64 MiB), or raise limits.memory"  # fmt: skip
+
+
+def test_a_size_limit_that_is_no_quantity_is_an_error() -> None:
+    empty = {"medium": "Memory", "sizeLimit": "lots"}
+    found = findings(pytorch_pod(1, "4Gi", SHM_MOUNT, [{"name": "shm", "emptyDir": empty}]))
+    assert set(found) & (SHM_RULES | {"quantity-invalid"}) == {"quantity-invalid"}
+    assert found["quantity-invalid"].message == (
+        "/dev/shm is the emptyDir shm (medium: Memory, sizeLimit: lots), and its sizeLimit is "
+        "not a quantity"
+    )

@@ -345,6 +345,10 @@ def _check_memory_shm(container: Container, shm: DevShm, report: Report) -> None
                    "node's allocatable without one), and its pages count against "
                    "limits.memory",
                    _sized(limit, given, "set its sizeLimit to"))  # fmt: skip
+    elif quantity(shm.size) is None:
+        report.add(container.where, "quantity-invalid",
+                   f"{SHM} is {shm.what}, and its sizeLimit is not a quantity",
+                   "write it as a quantity such as 1Gi")  # fmt: skip
     elif limit and (quantity(shm.size) or 0) >= limit:
         report.add(container.where, "shm-over-limit",
                    f"{SHM} is {shm.what}, not less than limits.memory ({given}): its pages "
