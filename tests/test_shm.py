@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import os
 
-from tfboot.node.shm import PLAUSIBLE_MIB, SharedMemory, mount_type, read_shm
+from tfboot.node.shm import (
+    MIB,
+    PLAUSIBLE_MIB,
+    SharedMemory,
+    memory_volume,
+    mount_type,
+    read_shm,
+    size_under,
+)
 
 # /proc/self/mountinfo lines as Docker (its own tmpfs, named shm), a Kubernetes emptyDir with
 # medium: Memory (mounted over the runtime's), and a host bind mount give them.
@@ -36,6 +44,17 @@ def test_how_it_is_said() -> None:
         SharedMemory(None, None).describe() == "/dev/shm absent"
         and not SharedMemory(None, None).small
     )
+
+
+def test_the_size_suggested_under_a_limit_is_more_than_the_runtime_s_or_none() -> None:
+    """A quarter of the limit in whole 64 MiB; None where that is no more than 64 MiB."""
+    sizes = {mib: size_under(mib * MIB) for mib in (64, 256, 511, 512, 600, 4096, 8192)}
+    assert sizes == {64: None, 256: None, 511: None, 512: 128, 600: 128, 4096: 1024, 8192: 2048}
+
+
+def test_the_kubernetes_fix_is_written_once() -> None:
+    assert memory_volume("1Gi") == "an emptyDir with medium: Memory and sizeLimit: 1Gi at /dev/shm"
+    assert memory_volume() == "an emptyDir with medium: Memory at /dev/shm"
 
 
 def test_this_machine_s_is_read_as_statvfs_gives_it() -> None:

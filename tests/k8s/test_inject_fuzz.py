@@ -5,8 +5,8 @@ DaemonSet, JobSet, PyTorchJob, TFJob, and others beside them) written in varied 
 surface forms: block and flow styles mixed, every quoting style, comments, anchors and
 aliases, merge keys, block scalars (``|``, ``|-``, ``|+``, ``>``, ``>-``, a ``PYTHONPATH``
 among them), flow collections with trailing commas, timestamps, several documents and empty
-ones, a JSON document, CRLF line endings, a BOM. For each (``inject.command.rewrite_text``
-with the change functions ``command.run`` builds):
+ones, a JSON document, CRLF line endings, a BOM. For each, with and without ``--shm``
+(``inject.command.rewrite_text`` with the change functions ``command.run`` builds):
 
 - inject either refuses clearly (``InjectError``, ``DocumentError``, ``yamltext.Unsupported``:
   ``tfboot inject`` prints nothing and exits 1) or gives text that parses to exactly the
@@ -124,8 +124,9 @@ def containers(draw: Any, name: str, shared: dict[str, Shared]) -> dict[str, Any
             if isinstance(c["env"], Shared):
                 shared["env"] = c["env"]
     if draw(st.booleans()):
+        memory = draw(st.sampled_from(["1Gi", "512Mi", "64Mi"]))  # --shm: 256Mi, 128Mi, none
         resources = {"limits": {"cpu": draw(st.sampled_from(["1", "500m", 2])),
-                                "memory": draw(st.sampled_from(["1Gi", "512Mi"]))}}  # fmt: skip
+                                "memory": memory}}  # fmt: skip
         if "resources" in shared and draw(st.booleans()):
             c["resources"] = shared["resources"]
         else:
@@ -134,7 +135,9 @@ def containers(draw: Any, name: str, shared: dict[str, Shared]) -> dict[str, Any
     if draw(st.booleans()):
         c["volumeMounts"] = draw(st.sampled_from([[], [{"name": "data", "mountPath": "/data"}],
                                                   [{"name": "data", "mountPath": "/data",
-                                                    "readOnly": True}]]))  # fmt: skip
+                                                    "readOnly": True}],
+                                                  [{"name": "data",
+                                                    "mountPath": "/dev/shm"}]]))  # fmt: skip
     if draw(st.integers(0, 3)) == 0:
         c["ports"] = [{"containerPort": 8080}]
     return c
@@ -519,18 +522,22 @@ def test_inject_uninject_round_trips() -> None:
     started = time.monotonic()
 
     @fuzz
-    @given(manifests(), st.sampled_from(t.MODES))
-    def check(manifest: tuple[str, set[str]], mode: str) -> None:
+    @given(manifests(), st.sampled_from(t.MODES), st.booleans())
+    def check(manifest: tuple[str, set[str]], mode: str, shm: bool) -> None:
         text, forms = manifest
         if PYTHONPATH_BLOCK.search(text):
             forms = forms | {"block scalar PYTHONPATH"}
-        change = inject_change(Options(IMAGE, mode))
+        if shm:
+            forms = forms | {"--shm"}
+        change = inject_change(Options(IMAGE, mode, shm=shm))
         try:
             out, _ = rewrite_text(text, change)
         except REFUSALS as exc:
             refused.update(forms | {"all"})
             reasons[_refusal(exc)] += 1
             return
+        if t.SHM_PREFIX in out:
+            forms = forms | {"--shm volume added"}
         kept.update(forms | {"all"})
         _hook_first(out)
         assert rewrite_text(out, change)[0] == out, "inject twice is not inject once"

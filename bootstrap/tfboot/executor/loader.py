@@ -47,7 +47,7 @@ from typing import Any
 
 from ..node.cpu import cpu_budget
 from ..node.hostmem import memory_budget
-from ..node.shm import MIB, PATH, read_shm, used_bytes
+from ..node.shm import MIB, PATH, memory_volume, read_shm, used_bytes
 from .result import emit
 from .wrapping import replace
 
@@ -152,10 +152,11 @@ def _judge(workers: int, prefetch: int, size: int, quiet: bool) -> None:
     if memory.limit_mib is None or memory.working_mib is None:
         return
     if need // MIB + memory.working_mib > memory.limit_mib:
-        _once(f"memory {memory.limit_mib}", quiet, f"{holds}, and its pages count against the memory limit of "
-              f"{memory.limit_mib} MiB, of which {memory.working_mib} MiB are in use: the OOM "
-              f"killer would end a worker; raise the memory limit by {_suggested(need)} MiB "
-              f"with {PATH}'s size{smaller}")  # fmt: skip
+        _once(f"memory {memory.limit_mib}", quiet,
+              f"{holds}, and its pages count against the memory limit of {memory.limit_mib} "
+              f"MiB, of which {memory.working_mib} MiB are in use: the OOM killer would end a "
+              f"worker; raise the memory limit by {_suggested(need)} MiB with {PATH}'s size"
+              f"{smaller}")  # fmt: skip
 
 
 def _bus_error(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -257,17 +258,15 @@ def _fix(mib: int) -> str:
     """How to give ``/dev/shm`` ``mib`` MiB on the engine this job runs on."""
     env = os.environ
     if env.get("KUBERNETES_SERVICE_HOST"):
-        return (f"mount an emptyDir with medium: Memory and sizeLimit: {mib}Mi at {PATH} (it "
-                "counts against the container's memory limit: raise limits.memory by as "
-                "much)")  # fmt: skip
+        return (f"mount {memory_volume(f'{mib}Mi')} (it counts against the container's "
+                "memory limit: raise limits.memory by as much)")  # fmt: skip
     if env.get("SLURM_JOB_ID"):
         return (f"{PATH} is the node's on Slurm, shared by every job there: ask for a node "
                 f"whose {PATH} has {mib} MiB free, or run the step in a container with "
                 f"--shm-size={mib}m")  # fmt: skip
     if os.path.exists("/.dockerenv"):
         return f"docker run --shm-size={mib}m (Compose: shm_size: {mib}m)"
-    return (f"docker run --shm-size={mib}m; on Kubernetes an emptyDir with medium: Memory and "
-            f"sizeLimit: {mib}Mi at {PATH}")  # fmt: skip
+    return f"docker run --shm-size={mib}m; on Kubernetes {memory_volume(f'{mib}Mi')}"
 
 
 def _suggested(need: int) -> int:

@@ -46,10 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser, undo: bool = False) -> None:
                                  "(docs/gpu-memory.md); the claims must be among the "
                                  "inputs")  # fmt: skip
         parser.add_argument("--shm", action="store_true",
-                            help="mount a memory-backed /dev/shm (an emptyDir with medium: "
-                                 "Memory, a quarter of limits.memory) in each container that "
-                                 "has none, for PyTorch's DataLoader workers "
-                                 "(docs/data-loader.md)")  # fmt: skip
+                            help="give each container with the runtime's 64 MiB /dev/shm "
+                                 "and limits.memory of 512Mi or more its own memory-backed "
+                                 "one (an emptyDir with medium: Memory, a quarter of its "
+                                 "limits.memory), for PyTorch's DataLoader workers and NCCL "
+                                 "(docs/inject.md)")  # fmt: skip
         parser.add_argument("--mode", choices=template.MODES, default="init",
                             help="init: an init container copies the tree into an emptyDir "
                                  "(default); image: a Kubernetes image volume (1.33+)")  # fmt: skip

@@ -18,7 +18,8 @@ from typing import Any
 from ..kube import template as t
 from ..kube.dracaps import pod_mps_caps
 from ..kube.interpreter import ADVICE, ignored_by
-from ..kube.workloads import dig, mounted_at, own_resources, pod_resources, templates
+from ..kube.shm import RUNTIME, dev_shm
+from ..kube.workloads import dig, own_resources, pod_resources, templates
 from ..settings import BOOL_ACCEPTED, BOOL_WORDS, POD_MEMORY
 
 LIMIT = "MEMORY_LIMIT_MB"
@@ -102,9 +103,30 @@ def _asked(doc: Mapping[str, Any], template: Mapping[str, Any], chosen: list[str
     apps = [t.probe_container(c) for c in dig(template, ("spec", "containers")) or []
             if isinstance(c, dict) and c.get("name") in chosen]  # fmt: skip
     given = [_annotation(doc, template, key) for key in (t.IMAGE_PYTHONPATH, t.SITE_PACKAGES)]
-    text = json.dumps([opts.image, opts.mode, chosen, given, apps, *(["shm"] if opts.shm else [])],
-                      sort_keys=True)  # fmt: skip
+    shm = [_shm_asked(template, chosen)] if opts.shm else []
+    text = json.dumps([opts.image, opts.mode, chosen, given, apps, *shm], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _shm_asked(template: Mapping[str, Any], chosen: list[str]) -> list[Any]:
+    """What ``--shm``'s parts are made from: the Pod's hostIPC, and each chosen container's
+    limits.memory and the volumes of its own mounted at /dev/shm (tfboot's left out, so an
+    injected template gives what its input gave)."""
+    pod = template.get("spec") or {}
+    ours = t.owned(chosen)
+    found: list[Any] = ["shm", pod.get("hostIPC")]
+    for container in pod.get("containers") or []:
+        if isinstance(container, dict) and container.get("name") in chosen:
+            own = dev_shm(container, pod).volume
+            found.append([container["name"], str(_memory_given(container)),
+                          None if own in ours else own])  # fmt: skip
+    return found
+
+
+def _memory_given(container: Mapping[str, Any]) -> Any:
+    """The container's limits.memory as written (None: none, or resources of another shape)."""
+    limits = dig(container, ("resources", "limits"))
+    return limits.get("memory") if isinstance(limits, Mapping) else None
 
 
 def _check_names(template: Mapping[str, Any], chosen: list[str], where: str) -> None:
@@ -264,29 +286,44 @@ def _inject_template(
 
 
 def _add_shm(pod: dict[str, Any], chosen: list[str], created: list[str], where: str) -> list[str]:
-    """``--shm``: a memory-backed /dev/shm of a quarter of the smallest limits.memory of the
-    chosen containers that mount none, mounted in each of them; what was done, as notes."""
+    """``--shm``: each chosen container that gets the runtime's 64 MiB /dev/shm, and whose
+    limits.memory allows more, gets its own memory-backed one of a quarter of that limit (its
+    pages count against it, so one shared with a larger container could fill it); what was
+    done, and why a container got none, as notes. One mounting a /dev/shm of its own keeps it."""
     from ..kube.documents import quantity
-    from ..node.shm import PATH, size_under
+    from ..node.shm import DOCKER_DEFAULT_MIB, MIB, memory_volume, size_under
 
-    without = [c for c in pod["containers"]
-               if c.get("name") in chosen and not mounted_at(c, PATH)]  # fmt: skip
-    limits = [quantity(((c.get("resources") or {}).get("limits") or {}).get("memory"))
-              for c in without]  # fmt: skip
-    if not without:
-        return []
-    if any(limit is None for limit in limits):
-        return [f"{where}: /dev/shm not added: a container without limits.memory, which its "
-                "size is taken from (--shm)"]  # fmt: skip
-    size = min(size_under(limit) for limit in limits if limit is not None)
-    _list(pod, "volumes", created, "spec.volumes").append(t.shm_volume(size))
-    for container in without:
-        path = f"containers/{container['name']}"
-        _list(container, "volumeMounts", created, f"{path}/volumeMounts").append(t.shm_mount())
-    names = ", ".join(str(c["name"]) for c in without)
-    return [f"{where}: /dev/shm: an emptyDir with medium: Memory and sizeLimit: {size}Mi (a "
-            f"quarter of limits.memory) mounted in {names}; its pages count against "
-            "limits.memory (--shm; uninject takes it out)"]  # fmt: skip
+    notes: list[str] = []
+    if pod.get("hostIPC") is True:
+        return [f"{where}: /dev/shm not added: the Pod has hostIPC: true, so its containers "
+                "have the node's /dev/shm (--shm)"]  # fmt: skip
+    for container in pod["containers"]:
+        name = str(container.get("name")) if isinstance(container, dict) else ""
+        if name not in chosen or dev_shm(container, pod).kind != RUNTIME:
+            continue
+        here = f"{where} container {name}"
+        given = _memory_given(container)
+        limit = quantity(given)
+        size = size_under(limit) if limit else None
+        if not limit:
+            has = "no limits.memory" if given is None else f"limits.memory {given!r}, not a size"
+            notes.append(f"{here}: /dev/shm not added: its size is taken from limits.memory, "
+                         f"and it has {has}; it keeps the runtime's {DOCKER_DEFAULT_MIB} MiB "
+                         "(--shm)")  # fmt: skip
+            continue
+        if size is None:
+            notes.append(f"{here}: /dev/shm not added: a quarter of its limits.memory ({given}) "
+                         f"is not more than the runtime's {DOCKER_DEFAULT_MIB} MiB, which it "
+                         "keeps (--shm)")  # fmt: skip
+            continue
+        _list(pod, "volumes", created, "spec.volumes").append(t.shm_volume(name, size))
+        path = f"containers/{name}"
+        _list(container, "volumeMounts", created, f"{path}/volumeMounts").append(t.shm_mount(name))
+        rounded = "" if size * 4 * MIB == limit else ", rounded down to whole 64 MiB"
+        notes.append(f"{here}: added {memory_volume(f'{size}Mi')}, its own (volume "
+                     f"{t.shm_name(name)}): a quarter of its limits.memory ({given}){rounded}, "
+                     "which its pages count against (--shm; uninject takes it out)")  # fmt: skip
+    return notes
 
 
 def _pod_memory(pod: Mapping[str, Any], container: dict[str, Any], created: list[str],

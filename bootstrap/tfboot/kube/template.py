@@ -24,7 +24,8 @@ from typing import Any
 from ..node.shm import PATH as SHM_PATH
 
 VOLUME = "tfboot"
-SHM_VOLUME = "tfboot-shm"  # inject --shm's memory-backed /dev/shm
+SHM_PREFIX = "tfboot-shm-"  # inject --shm's memory-backed /dev/shm of one container
+SHM_VOLUME = "tfboot-shm"  # the one an earlier tfboot shared between containers
 MOUNT = "/tfboot"  # in each app container, read-only
 HOOK = f"{MOUNT}/hook"  # first on PYTHONPATH
 COPY_TARGET = "/tfboot-volume"  # where the init containers mount the volume
@@ -142,7 +143,17 @@ def record_mount(container: str) -> dict[str, Any]:
 def probe_name(container: str) -> str:
     """A probe's name (and its record volume's): a DNS label of at most 63 characters, unique
     per container; a name cut to fit ends in a hash of the whole container name."""
-    whole = PROBE_PREFIX + container
+    return _label(PROBE_PREFIX, container)
+
+
+def shm_name(container: str) -> str:
+    """The name of the memory-backed /dev/shm ``--shm`` gives one container, cut to fit as a
+    probe's (the prefixes are as long, so two containers' names differ where probes' do)."""
+    return _label(SHM_PREFIX, container)
+
+
+def _label(prefix: str, container: str) -> str:
+    whole = prefix + container
     if len(whole) <= LABEL:
         return whole
     digest = hashlib.sha256(container.encode()).hexdigest()[:8]
@@ -152,17 +163,19 @@ def probe_name(container: str) -> str:
 def owned(containers: list[str]) -> set[str]:
     """The names tfboot's parts take in a Pod injected for ``containers``: its volume and copy
     container, each container's probe and record volume (volumes and init containers), and
-    the memory-backed /dev/shm ``--shm`` adds."""
-    return {VOLUME, COPY_NAME, SHM_VOLUME, *(probe_name(c) for c in containers)}
+    the memory-backed /dev/shm ``--shm`` adds to each (an earlier tfboot's shared one too)."""
+    return {VOLUME, COPY_NAME, SHM_VOLUME, *(probe_name(c) for c in containers),
+            *(shm_name(c) for c in containers)}  # fmt: skip
 
 
-def shm_volume(size_mib: int) -> dict[str, Any]:
-    """The memory-backed /dev/shm ``inject --shm`` adds, of ``size_mib``."""
-    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": f"{size_mib}Mi"}}
+def shm_volume(container: str, size_mib: int) -> dict[str, Any]:
+    """The memory-backed /dev/shm ``inject --shm`` gives ``container``, of ``size_mib``."""
+    return {"name": shm_name(container),
+            "emptyDir": {"medium": "Memory", "sizeLimit": f"{size_mib}Mi"}}  # fmt: skip
 
 
-def shm_mount() -> dict[str, Any]:
-    return {"name": SHM_VOLUME, "mountPath": SHM_PATH}
+def shm_mount(container: str) -> dict[str, Any]:
+    return {"name": shm_name(container), "mountPath": SHM_PATH}
 
 
 def is_injected_init(name: object) -> bool:

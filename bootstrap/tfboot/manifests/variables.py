@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from ..adapters import Plan
 from ..adapters.tensorflow import make_plan
@@ -23,11 +22,12 @@ from ..kube.environment import container_env
 from ..kube.framework import framework_of
 from ..kube.headroom import Advice, advice
 from ..kube.report import Report
-from ..kube.workloads import Container, GpuGrant, container_grant, mounted_at
+from ..kube.shm import MEMORY, NODE, OTHER, RUNTIME, DevShm, dev_shm
+from ..kube.workloads import Container, GpuGrant, container_grant
 from ..node.cpu import CpuBudget
 from ..node.deviceplugin import PLUGINS, auto_without_share
 from ..node.nccl import SHM
-from ..node.shm import size_under
+from ..node.shm import DOCKER_DEFAULT_MIB, memory_volume, size_under
 from ..settings import (
     CONTRACT,
     CONTROL,
@@ -315,40 +315,78 @@ def _check_host_memory(container: Container, settings: Settings, report: Report)
         )
 
 
-def shm_volume(container: Container) -> dict[str, Any] | None:
-    """The memory-backed ``emptyDir`` the container mounts at /dev/shm (its ``emptyDir``
-    mapping), or None."""
-    at_shm = mounted_at(container.spec, SHM)
-    for volume in container.pod.get("volumes") or []:
-        if isinstance(volume, dict) and volume.get("name") in at_shm:
-            empty = volume.get("emptyDir")
-            if isinstance(empty, dict) and empty.get("medium") == "Memory":
-                return empty
-    return None
+def _sized(limit: float | None, given: object, verb: str) -> str:
+    """How a fix sizes a memory-backed /dev/shm under ``limit`` (limits.memory, ``given`` as
+    written), as ``tfboot inject --shm`` does: ``verb`` and a quarter of the limit."""
+    size = size_under(limit) if limit else None
+    if size is not None:
+        return f"{verb} {size}Mi, a quarter of limits.memory"
+    if limit:
+        return (f"drop the volume (a quarter of limits.memory, {given}, is not more than the "
+                f"runtime's {DOCKER_DEFAULT_MIB} MiB), or raise limits.memory")  # fmt: skip
+    return f"{verb} a size within limits.memory, and give the container one"
+
+
+def _own(limit: float | None) -> str:
+    """A memory-backed /dev/shm of the container's own, as a fix names it."""
+    size = size_under(limit) if limit else None
+    if size is None:
+        return f"{memory_volume()}, its sizeLimit within limits.memory"
+    return f"{memory_volume(f'{size}Mi')}, a quarter of limits.memory"
+
+
+def _check_memory_shm(container: Container, shm: DevShm, report: Report) -> None:
+    """A memory-backed /dev/shm: bounded, and within limits.memory."""
+    given = container.resources("limits").get("memory")
+    limit = quantity(given)
+    if shm.size is None:
+        report.add(container.where, "shm-size-limit",
+                   f"{SHM} is {shm.what}: it may fill up to the Pod's memory limit (the "
+                   "node's allocatable without one), and its pages count against "
+                   "limits.memory",
+                   _sized(limit, given, "set its sizeLimit to"))  # fmt: skip
+    elif quantity(shm.size) is None:
+        report.add(container.where, "quantity-invalid",
+                   f"{SHM} is {shm.what}, and its sizeLimit is not a quantity",
+                   "write it as a quantity such as 1Gi")  # fmt: skip
+    elif limit and (quantity(shm.size) or 0) >= limit:
+        report.add(container.where, "shm-over-limit",
+                   f"{SHM} is {shm.what}, not less than limits.memory ({given}): its pages "
+                   "count against that limit, so a full /dev/shm leaves the job nothing and "
+                   "the container is OOMKilled",
+                   _sized(limit, given, "lower its sizeLimit to"))  # fmt: skip
 
 
 def _check_shm(container: Container, settings: Settings, grant: GpuGrant,
                env: Mapping[str, str], report: Report) -> None:  # fmt: skip
-    """/dev/shm: NCCL's shared memory where NCCL will run; DataLoader workers' batches in a
-    PyTorch GPU container with a memory limit; a memory-backed one sized within that limit."""
-    limit = quantity(container.resources("limits").get("memory"))
-    volume = shm_volume(container)
-    quarter = f"a quarter of limits.memory: {size_under(limit)}Mi" if limit else "a size"
-    if volume is not None:
-        size = quantity(volume.get("sizeLimit"))
-        if size is None:
-            report.add(container.where, "shm-size-limit",
-                       f"the memory-backed emptyDir at {SHM} has no sizeLimit: it may fill up to "
-                       "the Pod's memory limit (the node's allocatable without one), and its "
-                       "pages count against limits.memory",
-                       f"set its sizeLimit ({quarter})")  # fmt: skip
-        elif limit and size >= limit:
-            report.add(container.where, "shm-over-limit",
-                       f"the emptyDir at {SHM} may hold {volume.get('sizeLimit')}, not less than "
-                       f"limits.memory ({container.resources('limits').get('memory')}): its pages "
-                       "count against that limit, so a full /dev/shm leaves the job nothing and "
-                       "the container is OOMKilled",
-                       f"a sizeLimit below limits.memory ({quarter})")  # fmt: skip
+    """/dev/shm read as what it is (``kube.shm``): a memory-backed one sized within
+    limits.memory; the node's, or one not in memory, said; where the runtime's 64 MiB is what
+    the container gets, NCCL's shared memory where NCCL will run, and DataLoader workers'
+    batches in a PyTorch GPU container whose limits.memory allows more."""
+    shm = dev_shm(container.spec, container.pod)
+    given = container.resources("limits").get("memory")
+    limit = quantity(given)
+    size = size_under(limit) if limit else None
+    if shm.kind == MEMORY:
+        _check_memory_shm(container, shm, report)
+        return
+    if shm.kind != RUNTIME and container.spec in (container.pod.get("initContainers") or []):
+        return  # an init container's /dev/shm, the node's or on disk, is used briefly
+    if shm.kind == NODE:
+        report.add(container.where, "shm-host",
+                   f"{SHM} is {shm.what}: its size is the node's (by default half its RAM), "
+                   "outside limits.memory, though the pages this container writes there "
+                   "count against it; every Pod on the node that mounts it shares it, and "
+                   "files left there outlive the Pod",
+                   "keep it if the job shares memory with the node's processes; else mount "
+                   f"{_own(limit)} in its place")  # fmt: skip
+        return
+    if shm.kind == OTHER:
+        report.add(container.where, "shm-not-memory",
+                   f"{SHM} is {shm.what}, not memory: what DataLoader workers and NCCL put "
+                   "there goes through the page cache to the volume's storage, and its size "
+                   "is the volume's",
+                   f"mount {_own(limit)} in its place")  # fmt: skip
         return
     distributed = settings.distributed != "off"
     if grant.count > 1 or (distributed and grant.count):
@@ -360,17 +398,17 @@ def _check_shm(container: Container, settings: Settings, grant: GpuGrant,
         report.add(
             container.where,
             "nccl-shm",
-            f"{why}: NCCL will run, and {SHM} is the runtime's 64 MiB: the first all-reduce can "
+            f"{why}: NCCL will run, and {SHM} is {shm.what}: the first all-reduce can "
             "fail on its shared memory",
-            f"mount an emptyDir with medium: Memory (sizeLimit: 1Gi) at {SHM}",
+            f"mount {memory_volume('1Gi')}, within limits.memory, which its pages count against",
         )
-    elif grant.count and limit and (found := framework_of(container.spec, env)) and \
+    elif grant.count and size and (found := framework_of(container.spec, env)) and \
             found[0] == "torch":  # fmt: skip
         report.add(container.where, "loader-shm",
-                   f"a PyTorch GPU container ({found[1]}) with limits.memory and {SHM} the "
-                   "runtime's 64 MiB: DataLoader workers pass their batches through it",
-                   f"mount an emptyDir with medium: Memory at {SHM}, its sizeLimit within "
-                   f"limits.memory ({quarter}; tfboot inject --shm adds one)")  # fmt: skip
+                   f"a PyTorch GPU container ({found[1]}) with limits.memory ({given}) and "
+                   f"{SHM} {shm.what}: DataLoader workers pass their batches through it",
+                   f"mount {_own(limit)}, which its pages count against (tfboot inject --shm "
+                   "adds one)")  # fmt: skip
 
 
 def _check_claims(

@@ -62,10 +62,21 @@ def mount_type(mountinfo: str, point: str = PATH) -> str | None:
     return found
 
 
-def size_under(limit: float) -> int:
+def size_under(limit: float) -> int | None:
     """The ``/dev/shm`` size, in MiB, tfboot suggests under a memory limit of ``limit`` bytes
-    (its pages count against it): a quarter of it, in whole 64 MiB, at least 64 MiB."""
-    return max(DOCKER_DEFAULT_MIB, int(limit / 4 / MIB / 64) * 64)
+    (its pages count against it): a quarter of it, in whole 64 MiB; None where that is not
+    more than the 64 MiB a container has without one (a limit under 512 MiB): then there is
+    nothing to gain within the limit."""
+    size = int(limit / 4 / MIB / 64) * 64
+    return size if size > DOCKER_DEFAULT_MIB else None
+
+
+def memory_volume(size: str | None = None) -> str:
+    """How to give a Kubernetes container a ``/dev/shm`` of its own, for a message: ``an
+    emptyDir with medium: Memory and sizeLimit: 1Gi at /dev/shm`` (``size``: a quantity;
+    None: no size named)."""
+    sized = f" and sizeLimit: {size}" if size else ""
+    return f"an emptyDir with medium: Memory{sized} at {PATH}"
 
 
 def _stat(path: str) -> os.statvfs_result | None:
