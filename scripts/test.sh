@@ -46,14 +46,29 @@ venv .venv-nightly requirements/nightly.txt
 # moved (tests/frameworks/test_jax_versions.py, test_tensorflow_versions.py).
 for jax in 0.4.26 0.4.30 0.4.38 0.5.0; do venv ".venv-jax-$jax" "requirements/jax-$jax.txt"; done
 for tf in 2.12 2.16-keras-3.0 2.17-tf-keras; do venv ".venv-tf-$tf" "requirements/tf-$tf.txt"; done
-# Python 3.10, as on Ubuntu 22.04 and older NGC images: pyenv's, else one on PATH.
-py310="$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.10*/bin/python3.10 2>/dev/null | tail -n 1)"
-py310="${py310:-$(command -v python3.10 || true)}"
-if [ -n "$py310" ]; then
-    venv .venv-tf-2.15-py3.10 requirements/tf-2.15-py3.10.txt "$py310"
-else
-    say "no Python 3.10 here: its tests will say so (and fail under CI=true)"
-fi
+
+# find_python X.Y: the newest CPython X.Y pyenv holds (its root from `pyenv root`, else
+# PYENV_ROOT or ~/.pyenv), else pythonX.Y on PATH; nothing when none of them runs.
+find_python() {
+    local root found
+    root="$(pyenv root 2>/dev/null || true)"
+    root="${root:-${PYENV_ROOT:-$HOME/.pyenv}}"
+    found="$(ls -d "$root/versions/$1".*/bin/"python$1" 2>/dev/null | sort -V | tail -n 1 || true)"
+    found="${found:-$(command -v "python$1" || true)}"
+    if [ -n "$found" ] && "$found" -c '' 2>/dev/null; then printf '%s\n' "$found"; fi
+}
+# Python 3.10, as on Ubuntu 22.04 and older NGC images; 3.13, which the newest JAX needs
+# (0.11 and later: Python 3.12 or later).
+for pair in "3.10 .venv-tf-2.15-py3.10 requirements/tf-2.15-py3.10.txt" \
+    "3.13 .venv-jax-0.12-py3.13 requirements/jax-0.12-py3.13.txt"; do
+    read -r version env requirements <<<"$pair"
+    interpreter="$(find_python "$version")"
+    if [ -n "$interpreter" ]; then
+        venv "$env" "$requirements" "$interpreter"
+    else
+        say "no Python $version here: its tests will say so (and fail under CI=true)"
+    fi
+done
 
 say "building and installing the tfboot wheel"
 bash scripts/install-wheel.sh

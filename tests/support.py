@@ -242,6 +242,24 @@ def free_ports(count: int, host: str = "localhost") -> list[int]:
     raise AssertionError(f"no {count} free consecutive ports below {low}")
 
 
+# The version matrix's environment of the newest JAX, on a newer Python than the test
+# environment's (JAX 0.11 and later need Python 3.12 or later), with Keras 3 and PyTorch.
+NEWER_PYTHON = "0.12-py3.13"
+# Code that counts the threads in JAX's CPU client pool (named tf_XLAEigen from JAX 0.8.3):
+# ``jax_pool()``, after a computation.
+JAX_POOL = """
+import os
+def _name(task):
+    try:  # a thread may end between the listing and the read
+        with open(f"/proc/self/task/{task}/comm") as comm:
+            return comm.read()
+    except FileNotFoundError:
+        return ""
+def jax_pool():
+    return sum(_name(t).startswith("tf_XLAEigen") for t in os.listdir("/proc/self/task"))
+"""
+
+
 def matrix_python(framework: str, version: str) -> str:
     """The interpreter of the version-matrix environment ``.venv-FRAMEWORK-VERSION`` that
     scripts/test.sh builds; the test environment's own for ``newest``."""
@@ -256,14 +274,15 @@ def matrix_python(framework: str, version: str) -> str:
 @contextlib.contextmanager
 def started(script: Path, limit_s: float, defaults: Mapping[str, str] | None = None
             ) -> Iterator[Callable[..., subprocess.Popen[str]]]:  # fmt: skip
-    """``start(env, *args, launcher=())``: ``script`` as a task of its own (``launcher``, such
-    as ``-m torch.distributed.run``, before it), SIGKILLed after ``limit_s`` and on leaving:
-    TensorFlow swallows SIGTERM under MultiWorkerMirroredStrategy."""
+    """``start(env, *args, launcher=(), python=sys.executable)``: ``script`` as a task of its
+    own (``launcher``, such as ``-m torch.distributed.run``, before it), SIGKILLed after
+    ``limit_s`` and on leaving: TensorFlow swallows SIGTERM under MultiWorkerMirroredStrategy."""
     processes: list[subprocess.Popen[str]] = []
 
-    def start(env: dict[str, str], *args: str, launcher: tuple[str, ...] = ()) -> subprocess.Popen:
+    def start(env: dict[str, str], *args: str, launcher: tuple[str, ...] = (),
+              python: str = sys.executable) -> subprocess.Popen:  # fmt: skip
         process = subprocess.Popen(
-            ["timeout", "-s", "KILL", str(limit_s), sys.executable, *launcher, str(script), *args],
+            ["timeout", "-s", "KILL", str(limit_s), python, *launcher, str(script), *args],
             env=scenario_env({**(defaults or {}), **env}),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

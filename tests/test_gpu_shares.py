@@ -480,3 +480,103 @@ def test_jax_takes_its_fraction_of_the_partition_never_the_whole_gpu(
     assert fraction_text(4608, jax_gpus(env)[0]) == "0.750000"  # 4608 MiB of 6144
     del env[PIPE]  # no partition: the whole GPU is CUDA's total
     assert jax_gpus(env) == (81559 << 20,)
+
+
+# What each PyTorch release's caching allocator multiplies set_per_process_memory_fraction's
+# fraction by, read from its wheel's libc10_cuda.so (setMemoryFraction calls cudaMemGetInfo,
+# or reads the device properties' totalGlobalMem): (native allocator, cudaMallocAsync).
+ALLOCATOR_TOTALS = {
+    "2.4.0": ("cudaMemGetInfo", "cudaMemGetInfo"),
+    "2.7.0": ("cudaMemGetInfo", "cudaMemGetInfo"),
+    "2.9.1+cu128": ("cudaMemGetInfo", "cudaMemGetInfo"),
+    "2.10.0": ("totalGlobalMem", "cudaMemGetInfo"),
+    "2.13.0": ("totalGlobalMem", "cudaMemGetInfo"),
+    "2.15.0+cu130": ("totalGlobalMem", "cudaMemGetInfo"),
+}
+
+
+class StandInCuda:
+    """A stand-in for a CUDA build's ``torch.cuda`` (a fake: no CUDA GPU or CUDA PyTorch
+    here): one GPU of ``physical`` bytes whose ``cudaMemGetInfo`` reports ``reported`` as
+    its total, as under an MPS limit or partition, and an allocator that keeps as its
+    limit the fraction times the total ``ALLOCATOR_TOTALS`` says that release takes."""
+
+    def __init__(self, version: str, backend: str, physical: int, reported: int) -> None:
+        self.takes = ALLOCATOR_TOTALS[version][backend == "cudaMallocAsync"]
+        self.backend, self.physical, self.reported = backend, physical, reported
+        self.queued: list = []
+        self.limit: dict[int, int] = {}
+
+    def _lazy_call(self, call) -> None:  # type: ignore[no-untyped-def]
+        self.queued.append(call)
+
+    def start(self) -> None:
+        for call in self.queued:
+            call()
+
+    def device_count(self) -> int:
+        return 1
+
+    def get_allocator_backend(self) -> str:
+        return self.backend
+
+    def get_device_properties(self, ordinal: int):  # type: ignore[no-untyped-def]
+        return type("Properties", (), {"total_memory": self.physical})
+
+    def mem_get_info(self, ordinal: int) -> tuple[int, int]:
+        return self.reported - (512 << 20), self.reported  # the context holds some
+
+    def set_per_process_memory_fraction(self, fraction: float, ordinal: int) -> None:
+        total = self.reported if self.takes == "cudaMemGetInfo" else self.physical
+        self.limit[ordinal] = int(fraction * total)
+
+
+SHARES = {
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": ({MPS: "0=6G"}, ""),
+    "an MPS partition read through NVML": (partitioned("v2-nested"), "6144"),
+}
+
+
+@pytest.mark.parametrize("version", ALLOCATOR_TOTALS)
+@pytest.mark.parametrize("backend", ["native", "cudaMallocAsync"])
+@pytest.mark.parametrize("share", SHARES)
+@pytest.mark.parametrize("asked", ["auto", "5400"])
+def test_pytorch_enforces_the_cap_asked_for_under_a_share(
+    nvml_library: str, monkeypatch: pytest.MonkeyPatch, version: str, backend: str, share: str,
+    asked: str,
+) -> None:  # fmt: skip
+    """An 81559 MiB GPU with a 6144 MiB share, whose ``cudaMemGetInfo`` reports the share as
+    its total: the limit PyTorch's allocator keeps is the cap tfboot planned, whichever
+    total that release multiplies the fraction by. The GPU and the partition come from the
+    NVML stand-in; PyTorch's CUDA side from ``StandInCuda``."""
+    from tfboot.adapters import Patch
+    from tfboot.adapters.torch import plan_torch
+    from tfboot.budget import make_budget
+    from tfboot.executor.patches import torch_caps
+    from tfboot.node.cuda import cuda_devices
+
+    extra, limits = SHARES[share]
+    monkeypatch.setenv("FAKE_NVML_MIB", "81559:0")
+    monkeypatch.setenv("FAKE_NVML_CGROUP", NESTED)
+    monkeypatch.setenv("FAKE_NVML_LIMITS", limits or "max")
+    env = {"MEMORY_LIMIT_MB": asked, "TFBOOT_NVML_LIBRARY": nvml_library, **extra}
+    plan = plan_torch(make_budget(resolve(env, "torch"), env), cuda_devices(env, 1)[0])
+    args = next(c.args for c in plan.calls if isinstance(c, Patch) and c.name == "torch caps")
+    cap = args[0][0]
+    assert cap == (6144 - 1024 if asked == "auto" else 5400)  # PyTorch's headroom: 1024 MiB
+    cuda = StandInCuda(version, backend, 81559 << 20, 6144 << 20)
+    torch = type("torch", (), {"__version__": version, "cuda": cuda})
+    torch_caps(torch, *args)  # type: ignore[arg-type]
+    cuda.start()
+    assert (cap << 20) - 1 <= cuda.limit[0] <= cap << 20, (cuda.limit[0] >> 20, cap)
+
+
+def test_a_cap_over_the_share_pytorch_multiplies_by_fails_cuda_s_start() -> None:
+    """Where PyTorch takes the fraction of ``cudaMemGetInfo``'s total (2.9 here), a cap over
+    the share that total is cannot be given as a fraction: CUDA's start fails, naming it."""
+    from tfboot.executor.patches import torch_caps
+
+    cuda = StandInCuda("2.9.1+cu128", "native", 81559 << 20, 6144 << 20)
+    torch_caps(type("torch", (), {"__version__": "2.9.1+cu128", "cuda": cuda}), {0: 8192}, "8192")
+    with pytest.raises(ConfigError, match="the cap of 8192 MiB is more than the 6144 MiB cuda:0"):
+        cuda.start()

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import free_ports, scenario_env, started
+from support import NEWER_PYTHON, free_ports, matrix_python, scenario_env, started
 from tfboot.cluster.launch import HEARTBEAT_FROM, torchrun_options
 from tfboot.cluster.plan import plan_cluster
 from tfboot.errors import ConfigError
@@ -324,6 +324,23 @@ def test_an_unchanged_script_forms_the_group_and_trains_as_one_process(
     weights = found[0]["weights"]
     assert all(f["weights"] == weights for f in found)
     assert weights == pytest.approx(reference(framework), rel=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["jax", "keras"])
+def test_the_newest_jax_on_its_own_python_forms_the_group(start, framework: str) -> None:
+    """The same unchanged script, two tasks, on the version matrix's newest JAX and the newer
+    Python it needs: ``jax.distributed.initialize()`` (or Keras 3's) with no arguments, every
+    rank ending with the weights of one process trained alone (in the test environment)."""
+    python = matrix_python("jax", NEWER_PYTHON)
+    processes = [start(env, framework, "multi", python=python) for env in tasks(2)]
+    ended = [(p, *p.communicate(timeout=LIMIT_S + 10)) for p in processes]
+    failed = [f"task {i}: {err[-3000:]}" for i, (p, _, err) in enumerate(ended) if p.returncode]
+    assert not failed, "\n".join(failed)
+    found = [json.loads(out.splitlines()[-1]) for _, out, _ in ended]
+    assert [f["rank"] for f in found] == [0, 1] and {f["world"] for f in found} == {2}
+    assert found[0]["weights"] == found[1]["weights"]
+    assert found[0]["weights"] == pytest.approx(reference(framework), rel=1e-12)
 
 
 @pytest.mark.parametrize("index", [0, 1])

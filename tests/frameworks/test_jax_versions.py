@@ -1,7 +1,8 @@
 """JAX at the versions where what it reads moved, each in an environment of its own (built
-by scripts/test.sh from requirements/jax-*.txt; the test environment holds the newest):
-every claim is read back from JAX itself, and every variable tfboot writes is one that
-version reads.
+by scripts/test.sh from requirements/jax-*.txt), the test environment's (``newest`` here),
+and the newest JAX on the newer Python it needs (``NEWER_PYTHON``, with Keras 3 and
+PyTorch): every claim is read back from JAX itself, and every variable tfboot writes is
+one that version reads.
 
 - ``VIRTUAL_SPLIT`` without a GPU: ``JAX_NUM_CPU_DEVICES`` is read only from JAX 0.5.1; before,
   the count goes through ``--xla_force_host_platform_device_count`` in ``XLA_FLAGS``. Read
@@ -20,7 +21,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import free_ports, matrix_python, scenario_env, unavailable
+from support import (
+    JAX_POOL,
+    NEWER_PYTHON,
+    free_ports,
+    last_json,
+    matrix_python,
+    scenario_env,
+    unavailable,
+)
 from tfboot import resolve
 from tfboot.adapters.jax import plan_jax
 from tfboot.budget import make_budget
@@ -28,7 +37,7 @@ from tfboot.node.versions import installed, parse
 
 pytestmark = pytest.mark.tf  # real frameworks in subprocesses
 GIB = 1 << 30
-MATRIX = ("0.4.30", "0.4.38", "0.5.0")
+MATRIX = ("0.4.30", "0.4.38", "0.5.0", NEWER_PYTHON)
 
 
 def python(version: str) -> str:
@@ -41,6 +50,10 @@ def run(version: str, code: str, env: dict[str, str]) -> subprocess.CompletedPro
 
 
 def version_of(version: str, package: str) -> tuple[int, ...]:
+    if version == "newest":
+        found = installed(package)
+        assert found is not None
+        return found
     done = run(version, f"from tfboot.node.versions import installed\n"
                         f"print(installed({package!r}))", {})  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -84,7 +97,7 @@ except ValueError as exc:
 )
 @pytest.mark.parametrize("version", [*MATRIX, "newest"])
 def test_the_memory_cap_is_the_fraction_that_jaxlib_reads(version: str, user: str | None) -> None:
-    jaxlib = installed("jaxlib") if version == "newest" else version_of(version, "jaxlib")
+    jaxlib = version_of(version, "jaxlib")
     env = {"MEMORY_LIMIT_MB": "8192"}
     fraction = "0.100000"  # 8 GiB of 80 GiB
     if user is not None:
@@ -121,7 +134,7 @@ def test_a_jax_older_than_supported_is_left_alone_and_said_once() -> None:
                      "supports 0.4.30 and newer; its own defaults hold"]  # fmt: skip
 
 
-@pytest.mark.parametrize("version", ["0.4.30", "newest"])
+@pytest.mark.parametrize("version", ["0.4.30", "newest", NEWER_PYTHON])
 def test_visible_gpus_reach_jax_s_own_flag(version: str, tmp_path: Path) -> None:
     """No GPU here: two GPUs come from the NVML stand-in (``fake_nvml``, a fake, named as
     such) and a stand-in CUDA plugin package (a fake: an empty ``jax_plugins.xla_cuda12``),
@@ -174,6 +187,39 @@ def test_initialize_with_no_arguments_forms_the_cluster_at_every_version(version
     assert json.loads(done.stdout.splitlines()[-1]) == [1, 0, 1]
     filled = "jax.distributed.initialize fills unset coordinator_address, num_processes"
     assert filled in done.stderr
-    newest = version == "newest"
-    assert ("heartbeat_timeout_seconds" in done.stderr) is newest
-    assert ("cluster_detection_method" in done.stderr) is (newest or version >= "0.4.38")
+    jax = version_of(version, "jax")  # the heartbeat from JAX 0.7, "deactivate" from 0.4.36
+    assert ("heartbeat_timeout_seconds" in done.stderr) is (jax >= (0, 7))
+    assert ("cluster_detection_method" in done.stderr) is (jax >= (0, 4, 36))
+
+
+POOL = (
+    JAX_POOL
+    + """
+import json, sys, threading, jax, jax.numpy as jnp
+from tfboot.executor import governor
+(jnp.ones((256, 256)) @ jnp.ones((256, 256))).block_until_ready()
+print(json.dumps({"python": sys.version_info[:2], "jax": jax.__version__, "pool": jax_pool(),
+                  "affinity": len(os.sched_getaffinity(0)), "governor": governor.current() is
+                  not None and "tfboot-memory" in [t.name for t in threading.enumerate()]}))
+"""
+)
+
+
+# The pool's threads are named from JAX 0.8.3 only: the newest two are counted.
+@pytest.mark.parametrize("version", ["newest", NEWER_PYTHON])
+def test_cpu_threads_and_the_host_memory_budget_reach_the_newest_jax(version: str) -> None:
+    """``CPU_THREADS=1``: one thread in JAX's CPU client pool (all of the CPUs without it);
+    ``HOST_MEMORY_LIMIT_MB``: the memory governor runs against that figure."""
+    default = run(version, POOL, {})
+    assert default.returncode == 0, default.stderr
+    found = last_json(default.stdout)
+    assert found["pool"] == found["affinity"], found
+    if version == NEWER_PYTHON:  # the newer Python and JAX it stands for
+        assert found["python"] >= [3, 12] and parse(found["jax"]) >= (0, 11), found
+    done = run(version, POOL, {"CPU_THREADS": "1", "HOST_MEMORY_LIMIT_MB": "4096"})
+    assert done.returncode == 0, done.stderr
+    found = last_json(done.stdout)
+    assert found["pool"] == 1 and found["governor"], (found, done.stderr)
+    configured = next(x for x in done.stderr.splitlines() if "configured JAX" in x)
+    assert "CPU client pool 1 threads (CPU_THREADS=1 (env))" in configured
+    assert "watched against 4096 MiB (HOST_MEMORY_LIMIT_MB=4096 (env)" in configured

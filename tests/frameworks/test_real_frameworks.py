@@ -9,26 +9,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from support import run_python
+from support import JAX_POOL, NEWER_PYTHON, matrix_python, run_python
 
 pytestmark = pytest.mark.slow
 
-# The threads in JAX's CPU client pool (named tf_XLAEigen), counted after a computation.
-JAX_POOL = """
-import os
-def _name(task):
-    try:  # a thread may end between the listing and the read
-        with open(f"/proc/self/task/{task}/comm") as comm:
-            return comm.read()
-    except FileNotFoundError:
-        return ""
-def jax_pool():
-    return sum(_name(t).startswith("tf_XLAEigen") for t in os.listdir("/proc/self/task"))
-"""
 
-
-def run_json(code: str, env: dict[str, str]) -> dict:
-    done = run_python(JAX_POOL + code, env)
+def run_json(code: str, env: dict[str, str], version: str = "newest") -> dict:
+    """``code`` after ``JAX_POOL``, in the environment of ``version`` (the version matrix's
+    JAX name, or ``newest``): its last line's JSON, and its stderr."""
+    done = run_python(JAX_POOL + code, env, python=matrix_python("jax", version))
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1]) | {"stderr": done.stderr}
 
@@ -186,10 +175,17 @@ else:
 print(json.dumps(found))
 """
 
-    @pytest.mark.parametrize("backend", ["jax", "torch", "tensorflow"])
-    def test_fit_on_each_backend_with_the_policy_and_threads(self, backend: str) -> None:
+    @pytest.mark.parametrize(
+        ("backend", "version"),
+        [("jax", "newest"), ("torch", "newest"), ("tensorflow", "newest"),
+         ("jax", NEWER_PYTHON), ("torch", NEWER_PYTHON)],
+    )  # fmt: skip
+    def test_fit_on_each_backend_with_the_policy_and_threads(
+        self, backend: str, version: str
+    ) -> None:
+        """Also on the newest JAX and its Python, with PyTorch there (no TensorFlow)."""
         env = {"KERAS_BACKEND": backend, "MIXED_PRECISION": "mixed_bfloat16", "CPU_THREADS": "1"}
-        found = run_json(self.FIT, env)
+        found = run_json(self.FIT, env, version)
         assert found["backend"] == backend and found["policy"] == "mixed_bfloat16"
         assert found["compute"] == "bfloat16" and found["threads"] == 1
         assert found["loss"] == found["loss"]  # trained, not NaN

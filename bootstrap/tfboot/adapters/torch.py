@@ -5,8 +5,10 @@ everything is applied at ``import torch``:
 
 - ``VISIBLE_GPU``: ``CUDA_VISIBLE_DEVICES`` narrowed to the chosen GPUs. PyTorch has no
   other way, and the variable is the process's: other frameworks see the same GPUs.
-- ``MEMORY_LIMIT_MB``: ``torch.cuda.set_per_process_memory_fraction`` on each GPU, as the
-  cap over that GPU's total memory, set when CUDA starts.
+- ``MEMORY_LIMIT_MB``: ``torch.cuda.set_per_process_memory_fraction`` on each GPU, set when
+  CUDA starts, as the cap over the total the caching allocator multiplies the fraction by
+  (``fraction_of``): under an MPS limit or partition that total can be the share, not the
+  GPU, and the cap PyTorch enforces is then the cap asked for.
 - ``MEMORY_GROWTH=true`` is what PyTorch's caching allocator always does; ``false``
   (preallocate) is refused.
 - ``CPU_THREADS``: ``torch.set_num_threads`` (unless ``OMP_NUM_THREADS`` is set, which
@@ -29,6 +31,7 @@ from ..errors import ConfigError, Problem
 from ..node.cuda import CUDA_VISIBLE, cuda_devices
 from ..node.nvml import read_inventory
 from ..node.shm import SharedMemory, read_shm
+from ..node.versions import Version
 from ..provenance import user_value
 from ..settings import Settings
 from . import Call, Patch, Peak, Plan, Read, release_memory
@@ -51,6 +54,15 @@ SETS = ()  # it sets none of the variables tfboot reads as a user's while it imp
 # (aten/src/ATen/ParallelCommon.cpp, PyTorch 2.13, ``intraop_default_num_threads``).
 THREAD_ENVS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 WRITES = (CUDA_VISIBLE,)
+# What the caching allocator multiplies ``set_per_process_memory_fraction``'s fraction by
+# (c10/cuda/CUDACachingAllocator.cpp, ``setMemoryFraction``; read from the libc10_cuda.so of
+# every release from 2.4.0 to 2.15.0): the total ``cudaMemGetInfo`` reports before 2.10
+# (under an MPS limit or partition, or HAMi's hooks, the share); from 2.10 the device's
+# ``totalGlobalMem``, as ``get_device_properties`` reports it. The ``cudaMallocAsync``
+# backend's allocator takes ``cudaMemGetInfo``'s total at every one of those versions.
+DEVICE_TOTAL_FROM = (2, 10)
+MEM_GET_INFO = "mem_get_info"  # torch.cuda.mem_get_info: cudaMemGetInfo's (free, total)
+DEVICE_TOTAL = "get_device_properties"  # torch.cuda.get_device_properties(i).total_memory
 
 
 def LAUNCH(*args: Any) -> Any:
@@ -78,6 +90,15 @@ def env_threads(env: Mapping[str, str]) -> tuple[str, str] | None:
         if value is not None and match and int(match.group(1)) > 0:
             found = (name, value)
     return found
+
+
+def fraction_of(version: Version | None, backend: str) -> str:
+    """Which total PyTorch ``version``'s allocator (``backend``, as
+    ``torch.cuda.get_allocator_backend`` names it) takes the per-process fraction of:
+    ``MEM_GET_INFO`` or ``DEVICE_TOTAL``; an unknown version is taken as the newest."""
+    if backend == "cudaMallocAsync" or (version is not None and version < DEVICE_TOTAL_FROM):
+        return MEM_GET_INFO
+    return DEVICE_TOTAL
 
 
 def role(importing: Sequence[str], taken: Sequence[str], backend: Callable[[], str]) -> Role:
@@ -259,6 +280,7 @@ def _plan_gpus(plan: Plan, budget: Budget, devices: list[str]) -> Patch | None:
     if caps:
         given = settings.given["MEMORY_LIMIT_MB"][0]
         needs = ("cuda._lazy_call", "cuda.device_count", "cuda.get_device_properties",
+                 "cuda.mem_get_info", "cuda.get_allocator_backend",
                  "cuda.set_per_process_memory_fraction")  # fmt: skip
         patch = Patch("torch caps", (caps, given), plan.decisions[-1], needs)
     if settings.memory_growth:

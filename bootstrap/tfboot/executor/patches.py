@@ -16,10 +16,12 @@ from types import ModuleType
 from typing import Any
 
 from ..adapters.jax import BRIDGE
+from ..adapters.torch import MEM_GET_INFO, fraction_of
 from ..budget.gpus import cap_over_gpu
 from ..budget.hostmemory import DataDefaults
 from ..budget.malloc import Watch
 from ..errors import ConfigError, Problem
+from ..node.versions import parse
 from .wrapping import replace
 
 
@@ -64,17 +66,23 @@ def jax_cpu_pool(jax: ModuleType, threads: int) -> str | None:
 
 
 def torch_caps(torch: ModuleType, caps: dict[int, int], given: str) -> str | None:
-    """Queue each GPU's cap, as a fraction of its total memory, for CUDA's start."""
+    """Queue each GPU's cap for CUDA's start, as a fraction of the total this PyTorch's
+    allocator multiplies it by (``adapters.torch.fraction_of``), so that the cap it
+    enforces is the cap asked for, under an MPS share too."""
 
     def cap_memory() -> None:
         from .loader import in_worker
 
         if in_worker():  # the cap is the main process's budget (executor.loader)
             return
+        of = fraction_of(parse(torch.__version__), torch.cuda.get_allocator_backend())
         for ordinal, cap in caps.items():
             if ordinal >= torch.cuda.device_count():
                 continue
-            total = torch.cuda.get_device_properties(ordinal).total_memory
+            if of == MEM_GET_INFO:
+                total = torch.cuda.mem_get_info(ordinal)[1]
+            else:
+                total = torch.cuda.get_device_properties(ordinal).total_memory
             if cap * (1 << 20) > total:
                 raise ConfigError(
                     cap_over_gpu(given, cap, total >> 20, f"cuda:{ordinal}"), "PyTorch"
@@ -82,7 +90,8 @@ def torch_caps(torch: ModuleType, caps: dict[int, int], given: str) -> str | Non
             torch.cuda.set_per_process_memory_fraction(cap * (1 << 20) / total, ordinal)
 
     torch.cuda._lazy_call(cap_memory)
-    return f"torch.cuda.set_per_process_memory_fraction when CUDA starts: {caps} MiB"
+    return (f"torch.cuda.set_per_process_memory_fraction when CUDA starts: {caps} MiB, of the "
+            "total its allocator multiplies the fraction by")  # fmt: skip
 
 
 def torch_threads_follow(torch: ModuleType, threads: int, quota: float | None) -> str | None:
