@@ -298,3 +298,16 @@ def started(script: Path, limit_s: float, defaults: Mapping[str, str] | None = N
             if process.poll() is None:
                 process.kill()
             process.wait()
+
+
+def configured(stderr: str, framework: str) -> str:
+    """What tfboot said it configured for ``framework`` at its import, as one string: the
+    ``configured`` line and the decisions under it (a line each), joined by "; "."""
+    lines = stderr.splitlines()
+    start = next(i for i, line in enumerate(lines) if f"configured {framework}" in line)
+    block = [lines[start]]
+    for line in lines[start + 1 :]:
+        if not line.startswith("tfboot:   "):
+            break
+        block.append(line.removeprefix("tfboot:   "))
+    return "; ".join(block)

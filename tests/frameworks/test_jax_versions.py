@@ -30,6 +30,9 @@ from support import (
     scenario_env,
     unavailable,
 )
+from support import (
+    configured as support_configured,
+)
 from tfboot import resolve
 from tfboot.adapters.jax import plan_jax
 from tfboot.budget import make_budget
@@ -67,7 +70,7 @@ def test_a_cpu_split_reaches_jax_through_what_it_reads(version: str) -> None:
     assert done.returncode == 0, done.stderr
     count, reported = done.stdout.split()
     assert count == "3", done.stderr
-    configured = next(x for x in done.stderr.splitlines() if "configured JAX" in x)
+    configured = support_configured(done.stderr, "JAX")
     carried = "JAX_NUM_CPU_DEVICES" if parse(reported) >= (0, 5, 1) else "XLA_FLAGS"
     assert f"3 CPU devices via {carried}" in configured, configured
 
@@ -220,6 +223,6 @@ def test_cpu_threads_and_the_host_memory_budget_reach_the_newest_jax(version: st
     assert done.returncode == 0, done.stderr
     found = last_json(done.stdout)
     assert found["pool"] == 1 and found["governor"], (found, done.stderr)
-    configured = next(x for x in done.stderr.splitlines() if "configured JAX" in x)
+    configured = support_configured(done.stderr, "JAX")
     assert "CPU client pool 1 threads (CPU_THREADS=1 (env))" in configured
-    assert "watched against 4096 MiB (HOST_MEMORY_LIMIT_MB=4096 (env)" in configured
+    assert "host memory limit 4096 MiB (HOST_MEMORY_LIMIT_MB=4096 (env))" in configured

@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support import configured as support_configured
 from support import last_json, matrix_python, scenario_env
 
 pytestmark = pytest.mark.tf
@@ -82,7 +83,7 @@ def test_tf_data_gets_only_the_options_that_tensorflow_has(version: str) -> None
     done = run(version, ["-c", READ_BACK])
     assert done.returncode == 0, done.stderr
     found = last_json(done.stdout)
-    configured = next(x for x in done.stderr.splitlines() if "configured TensorFlow" in x)
+    configured = support_configured(done.stderr, "TensorFlow")
     # a third of the room this process's resident set (TensorFlow's runtime) leaves under
     # 60% of HOST_MEMORY_LIMIT_MB=4096, measured as the pipeline starts
     assert ((2457 - 1500) // 3) << 20 <= found["fields"]["ram_budget"] <= (2457 // 3) << 20
@@ -117,7 +118,7 @@ def test_keras_2_runs_on_tensorflow_whatever_keras_backend_says(version: str) ->
     )
     done = run(version, ["-c", code], {"KERAS_BACKEND": "jax", "CPU_THREADS": "2"})
     assert done.returncode == 0, done.stderr
-    configured = next(x for x in done.stderr.splitlines() if "configured TensorFlow" in x)
+    configured = support_configured(done.stderr, "TensorFlow")
     if done.stdout.split()[-1].startswith("2."):
         assert "data loader" not in configured and "intra-op threads 2" in configured
     else:

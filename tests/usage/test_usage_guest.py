@@ -464,10 +464,7 @@ def test_a_budget_the_pod_shares_is_named_in_the_record(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         record = json.loads(usage.read_text())
         section = record["host_memory" if limit == "limit_shared" else "cpu"]
-        assert section[limit] == (
-            "a parent cgroup's, shared with every process under "
-            "/sys/fs/cgroup/kubepods/burstable/pod1"
-        ), section
+        assert section[limit] == "a parent cgroup's, shared with every process under it"
         assert f"(shared: {limit})" in used_lines(done.stderr)[0]
 
 

@@ -221,6 +221,6 @@ def release_memory(plan: Plan, budget: Budget) -> None:
     if found is None:
         return
     plan.decisions.append(found.why)
-    plan.malloc = found.why
+    plan.malloc = found.detail or found.why
     if found.watch is not None:
         plan.calls.append(Patch("memory governor", (found.watch,), found.why))

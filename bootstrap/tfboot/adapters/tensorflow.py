@@ -305,7 +305,7 @@ def _host_memory(plan: Plan, budget: Budget, hooked: bool, version: str | None) 
     plan.environ[PINNED_ENV] = str(pinned)
     plan.decisions.append(
         f"pinned host memory up to {pinned} MiB via {PINNED_ENV} "
-        f"({share_of(found.limit_mib, PINNED_SHARE, found.origin)})"
+        f"({share_of(found.limit_mib, PINNED_SHARE, f'the {found.limit_mib} MiB limit')})"
     )
     return patch
 

@@ -108,9 +108,10 @@ def host_memory(settings: Settings, cpu: CpuBudget, memory: MemoryBudget) -> Hos
     reasons = []
     if ram is not None:
         now = "unread" if working is None else f"{working} MiB now"
-        reasons.append(f"RAM a third of the room between the working set ({now}, read again as "
-                       f"each pipeline starts) and {LIVE_AT:.0%} of {origin}, at least a "
-                       f"{FLOOR_SHARE}nd of it")  # fmt: skip
+        reasons.append(
+            f"RAM a third of the room under {LIVE_AT:.0%} of the limit beside the working set, "
+            f"{now}, read as each pipeline starts"
+        )
     if cpus is not None:
         reasons.append(
             f"CPUs {settings.shown('CPU_THREADS')}"

@@ -114,10 +114,12 @@ class Watch:
 @dataclass(frozen=True)
 class Release:
     """What the governor watches (None: the allocator is left alone, for the reason the
-    line gives), and the line saying why."""
+    line gives), the line saying so (the host-memory budget's line at the import: the limit,
+    whence, what is kept), and how it works (``detail``: ``tfboot doctor`` says it)."""
 
     watch: Watch | None
     why: str
+    detail: str = ""
 
 
 def release(settings: Settings, host: HostMemory, allocator: Allocator,
@@ -126,19 +128,18 @@ def release(settings: Settings, host: HostMemory, allocator: Allocator,
     container's memory limit file, whose cgroup's working set is watched ("": none)."""
     if host.limit_mib is None:
         return None
+    budget = f"host memory limit {host.limit_mib} MiB ({host.origin})"
     if not settings.host_memory_release:
         shown = settings.shown("HOST_MEMORY_RELEASE")
-        return Release(None, f"malloc left alone ({shown})")
+        return Release(None, f"{budget}: malloc left alone ({shown})")
     if allocator.chosen:
-        return Release(None, f"malloc left to the user's {', '.join(allocator.chosen)}")
+        return Release(None, f"{budget}: malloc left to the user's {', '.join(allocator.chosen)}")
     if allocator.other:
-        return Release(None, f"malloc left to {allocator.other}, which has its own settings")
+        return Release(None, f"{budget}: malloc left to {allocator.other}, which has its own "
+                       "settings")  # fmt: skip
     if allocator.glibc is None:
-        return Release(
-            None,
-            "malloc left alone: this libc is not glibc (musl's malloc unmaps large blocks "
-            "itself, and has no mallopt)",
-        )
+        return Release(None, f"{budget}: malloc left alone: this libc is not glibc (musl's "
+                       "malloc unmaps large blocks itself, and has no mallopt)")  # fmt: skip
     limit = host.limit_mib << 20
     explicit = isinstance(settings.host_memory, int)
     follows = "" if explicit or not cgroup_version(limit_file) else limit_file
@@ -151,8 +152,11 @@ def release(settings: Settings, host: HostMemory, allocator: Allocator,
         read = (f"the resident sets of this process and its descendants watched against "
                 f"{host.limit_mib} MiB ({host.origin}; the figure is this process tree's, "
                 "in a container or not)")  # fmt: skip
+    followed = ", read again as it runs" if follows else " (this process and its descendants)"
     return Release(
         watch,
+        f"{budget}{followed}: freed memory kept up to {watch.levels.keep >> 20} MiB "
+        f"({KEEP:.0%}), given back from {TRIM_AT:.0%} ({OFF} leaves malloc alone)",
         f"freed host memory kept while plentiful, returned to the kernel when short: {read}; "
         f"glibc {allocator.glibc} keeps at most {KEEP:.0%} of the limit free for reuse "
         f"({watch.levels.keep >> 20} MiB now), malloc_trim from {TRIM_AT:.0%}, blocks of "

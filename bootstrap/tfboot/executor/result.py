@@ -138,7 +138,10 @@ def log(result: Result, level: str) -> None:
     if level == "debug":
         for call in result.calls:
             emit("debug", call)
-    if not plan.empty:
-        emit("info", f"configured {name}: " + "; ".join(plan.decisions))
+    if not plan.empty:  # one line a decision, to fit a terminal; how it works: doctor
+        first, *more = plan.decisions
+        emit("info", f"configured {name}: {first}")
+        for decision in more:
+            emit("info", f"  {decision}")
     if plan.cluster is not None:
         emit("info", plan.cluster.line())

@@ -370,9 +370,7 @@ def _tightest(
         except Missing:
             continue
         if value is not None and (best is None or value < best[0]):
-            shared = "" if level == 0 else (
-                f"a parent cgroup's, shared with every process under {shown(directory)}"
-            )  # fmt: skip
+            shared = "" if level == 0 else "a parent cgroup's, shared with every process under it"
             best = (value, shown(os.path.join(directory, name)), shared)
     return best
 
