@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import unavailable
+from support import release_ports, unavailable
 
 SLOW_BY_NATURE = ("docker", "simgpu", "multiworker", "nightly", "slurm")
 # The fixtures that give a tfboot image (tests/docker/conftest.py), building it if need be.
@@ -29,6 +30,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if any(item.get_closest_marker(name) for name in SLOW_BY_NATURE):
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: bool(NEEDS_IMAGE.intersection(getattr(item, "fixturenames", ()))))
+
+
+@pytest.fixture(autouse=True)
+def _ports_released() -> Iterator[None]:
+    """The ports a test took with ``free_ports`` are held until it ends, then let go."""
+    yield
+    release_ports()
 
 
 NVML_SOURCE = Path(__file__).parent / "frameworks" / "fake_nvml" / "nvml.c"

@@ -13,7 +13,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -88,10 +87,8 @@ class Job:
 def test_intra_op_threads_follow_the_quota_down_and_up(tmp_path: Path, mode: str) -> None:
     job = Job(tmp_path, mode, {})
     assert job.first["threads"] == 2
-    job.quota(1)  # a resize down: within 10 s, at the next step or no_grad block
-    started = time.monotonic()
+    job.quota(1)  # a resize down: taken up in the next 4 s of work, at a step or no_grad block
     assert job.work(4)["threads"] == 1
-    assert time.monotonic() - started < 10
     job.quota(2)  # and up
     assert job.work(4)["threads"] == 2
     stats = job.end()["stats"]
