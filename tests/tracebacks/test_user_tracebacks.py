@@ -96,6 +96,7 @@ def test_a_pytorch_program_s_error_shows_as_without_tfboot(case: str, torch_show
 
 
 @pytest.mark.tf
+@pytest.mark.slow
 @pytest.mark.parametrize("case", TENSORFLOW_CASES)
 def test_a_tensorflow_program_s_error_shows_as_without_tfboot(case: str, tensorflow_shown) -> None:
     same(case, tensorflow_shown)
