@@ -16,7 +16,7 @@ from pathlib import Path
 PACKAGE = "tfboot"
 # Lowest first: a module may import its own layer and the layers before it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("foundations", ("errors", "values", "provenance")),
+    ("foundations", ("errors", "values", "provenance", "frames")),
     ("node", ("node",)),
     ("cluster", ("cluster",)),
     ("contract", ("envfile", "settings", "typos")),

@@ -5,7 +5,8 @@ TensorFlow processes or the pinned nightly is slow by nature, and gets ``slow`` 
 other marker here; other slow tests carry ``@pytest.mark.slow`` themselves (measured with
 ``--durations``). ``pytest -m "not slow"`` is the quick set (see the README).
 
-The tests that need a tfboot image run last: on a full run ``scripts/test.sh`` builds the
+The tests that need a tfboot image (a fixture that gives one, or the ``image`` marker) run
+last: on a full run ``scripts/test.sh`` builds the
 images in the background, and the other tests run meanwhile instead of both workers
 waiting on the build first (with an empty Docker cache that wait was about 20 minutes).
 """
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import unavailable
+from support import release_ports, unavailable
 
 SLOW_BY_NATURE = ("docker", "simgpu", "multiworker", "nightly", "slurm")
 # The fixtures that give a tfboot image (tests/docker/conftest.py), building it if need be.
@@ -28,7 +30,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if any(item.get_closest_marker(name) for name in SLOW_BY_NATURE):
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: bool(NEEDS_IMAGE.intersection(getattr(item, "fixturenames", ()))))
+    items.sort(key=needs_image)
+
+
+def needs_image(item: pytest.Item) -> bool:
+    """The test takes a tfboot image: it names a fixture that gives one, or is marked
+    ``image`` (it looks its image's fixture up by name as it runs, which collection cannot
+    see: run early, it waited out the background build inside its own call)."""
+    named = NEEDS_IMAGE.intersection(getattr(item, "fixturenames", ()))
+    return bool(named) or item.get_closest_marker("image") is not None
+
+
+@pytest.fixture(autouse=True)
+def _ports_released() -> Iterator[None]:
+    """The ports a test took with ``free_ports`` are held until it ends, then let go."""
+    yield
+    release_ports()
 
 
 NVML_SOURCE = Path(__file__).parent / "frameworks" / "fake_nvml" / "nvml.c"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 import contextlib
 import json
 import os
@@ -9,6 +10,7 @@ import random
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -129,6 +131,14 @@ def problem_text(env: Mapping[str, str]) -> str:
     return str(info.value)
 
 
+def stamp(text: str) -> int:
+    """A usage record's moment (``started``, ``at``: UTC, in whole seconds, cut down) as
+    seconds since the epoch."""
+    from tfboot.usage.measure import STAMP
+
+    return calendar.timegm(time.strptime(text, STAMP))
+
+
 def last_json(stdout: str) -> dict:
     """The last line of ``stdout`` that parses as a JSON object."""
     for line in reversed(stdout.strip().splitlines()):
@@ -221,25 +231,64 @@ def decision(plan: Any, start: str) -> str:
     return next(d for d in plan.decisions if d.startswith(start))
 
 
-def free_ports(count: int, host: str = "localhost") -> list[int]:
-    """``count`` consecutive TCP ports on ``host`` that nothing holds, below the kernel's
-    ephemeral range: an outgoing connection anywhere on the machine (another test, a probe
-    of one of these very ports) can take an ephemeral port between this check and the
-    server's bind, and then the server fails to start."""
+_held: list[socket.socket] = []  # the ports free_ports holds until the test ends
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` consecutive TCP ports that nothing holds, held by this process until the
+    test ends (``release_ports``), so that no other process takes one between this check
+    and the bind of the server the test starts on it.
+
+    Each is bound alone first (no ``SO_REUSEADDR``: the check, refused where any socket
+    holds the port, on any address of either family), then keeps its socket, bound and not
+    listening, with ``SO_REUSEADDR`` set. Linux then lets a server that sets
+    ``SO_REUSEADDR`` too bind and listen there (TensorFlow's and JAX's gRPC servers,
+    PyTorch's TCPStore, Python's ``socket.create_server`` and ``http.server``, Go's
+    servers), while another process's check, which binds without it (this one, another
+    suite's beside it), is refused. A client's connection is refused until the server
+    listens, as on a port nothing holds. The ports lie below the kernel's ephemeral range,
+    where no outgoing connection takes one."""
     try:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
     for _ in range(200):
         base = random.randrange(10000, low - count)
+        held = []
         try:
             for port in range(base, base + count):
-                with socket.socket() as sock:
-                    sock.bind((host, port))
+                held.append(_hold(port))
         except OSError:
+            for sock in held:
+                sock.close()
             continue
+        _held.extend(held)
         return list(range(base, base + count))
     raise AssertionError(f"no {count} free consecutive ports below {low}")
+
+
+def _hold(port: int) -> socket.socket:
+    """``port`` bound alone on every address (IPv6's wildcard with IPv4 mapped, else IPv4's),
+    then opened to servers that set ``SO_REUSEADDR``; OSError where anything holds it."""
+    try:
+        sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        address: tuple[str, int] = ("::", port)
+    except OSError:  # no IPv6 here
+        sock, address = socket.socket(socket.AF_INET, socket.SOCK_STREAM), ("0.0.0.0", port)
+    try:
+        sock.bind(address)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def release_ports() -> None:
+    """Close the sockets that hold the ports ``free_ports`` gave (at each test's end)."""
+    while _held:
+        _held.pop().close()
 
 
 # The version matrix's environment of the newest JAX, on a newer Python than the test

@@ -8,7 +8,7 @@ run ``site`` again).
 
 It is loaded by the start-up trampoline (``tfboot/__init__.py``) at the first import of
 TensorFlow or Keras, and keeps to modules ``site`` has already loaded (``sys``,
-``_thread``, ``_frozen_importlib``).
+``_thread``, ``_frozen_importlib``) and ``tfboot.frames``, which imports only ``sys``.
 
 An error at import is the error (``alone``): a callback's exception marked so reaches the
 importer with its traceback cut at the hook, and, left uncaught, is shown with the
@@ -17,12 +17,14 @@ importer's own frames only. The loader runs through importlib's
 traceback (``remove_importlib_frames`` in ``Python/import.c``), and the hook's frame holds
 ``__tracebackhide__``, which pytest and IPython hide. An error of the module's own code
 leaves the hook's frame out of its traceback, so it looks as it does without tfboot (bug
-reports about a framework's import never name tfboot). Every other exception keeps its
-frames.
+reports about a framework's import never name tfboot: ``frames.hidden``). Every other
+exception keeps its frames.
 """
 
 import _thread
 import sys
+
+from .frames import hidden
 
 # Callback: a callable taking the module object, returning None.
 
@@ -77,11 +79,8 @@ class _HookLoader:
             try:
                 if self._before is not None:
                     self._before(module)
-                try:
+                with hidden:  # the module's own error, as without tfboot
                     self._loader.exec_module(module)
-                except BaseException as exc:
-                    _without_this_frame(exc)
-                    raise
             finally:
                 stack.pop()
             if self._after is not None:
@@ -92,16 +91,6 @@ class _HookLoader:
             # The error alone: none of the frames below the importer's (tfboot's, the
             # framework's own while it imported another watched module) says more than it.
             raise exc.with_traceback(None) from None
-
-
-def _without_this_frame(exc: BaseException) -> None:
-    """The module's own error (a missing library, a broken install) reaches the importer
-    with the frames it has without tfboot: the hook's frame leaves its traceback, and a bare
-    ``raise`` re-raises the traceback as it is (Python 3.11 and later; before, the hook's
-    one frame stays)."""
-    tb = exc.__traceback__
-    if tb is not None and tb.tb_frame.f_code is _HookLoader._exec.__code__:
-        exc.__traceback__ = tb.tb_next
 
 
 class ImportHookFinder:

@@ -15,6 +15,9 @@ earlier one on a port of its own, the next ones up from ``MASTER_PORT``).
 ``DATA=tf`` (jax, keras): the batches come through ``tf.data``, imported once the group
 formed, as a JAX or Keras job's data loader is.
 
+torch prints ``joining at <time>`` (``time.time()``) as it calls the last
+``init_process_group``: the moment its start-up deadline counts from.
+
 ``LOSE_RANK``/``LOSE_STEP``: that rank prints ``lost at <time>`` after that step and kills
 itself (SIGKILL: a node lost, an OOM kill) while the others go on to the next all-reduce;
 ``STEPS`` and ``STEP_S`` make the run long enough for that.
@@ -63,6 +66,7 @@ def torch_job():
             time.sleep(STEP_S)
             dist.destroy_process_group()
         os.environ["MASTER_PORT"] = port
+        print(f"joining at {time.time():.3f}", flush=True)
         dist.init_process_group("gloo")
 
         def total(grad: np.ndarray) -> np.ndarray:

@@ -167,7 +167,8 @@ def test_sigterm_ends_a_worker_that_ignores_it_and_names_the_lost_peer() -> None
     worker.wait(timeout=30)
     took = time.monotonic() - start
     lines = [x for x in worker.stderr.read().splitlines() if x.startswith("tfboot:")]
-    assert worker.returncode == -signal.SIGKILL and took < 2 + 3, (took, lines)
+    # killed by the watcher once the grace ran out, counted from the SIGTERM
+    assert worker.returncode == -signal.SIGKILL and took >= 2, (took, lines)
     assert lines[-2] == (
         f"tfboot: warning: cluster: SIGTERM: this task is being ended; peers no longer "
         f"answering: worker 2 at localhost:{port} (refused)"

@@ -215,10 +215,8 @@ def test_worker_with_another_split_fails_at_import(cluster: Cluster, gpu_plugin:
 
 def test_missing_peer_is_named_then_the_worker_exits(cluster: Cluster) -> None:
     """Worker 0 alone: wait lines naming worker 1, then DIST_STARTUP_TIMEOUT ends it."""
-    started = time.monotonic()
     outcome = finish(cluster.start(0, TRAIN_CMD, DIST_STARTUP_TIMEOUT="8"), 120)
-    assert outcome.exit_code == EXIT_UNREACHABLE, outcome
-    assert time.monotonic() - started < 90
+    assert outcome.exit_code == EXIT_UNREACHABLE, outcome  # tfboot's end, named below
     peer = f"{cluster.dns_names(1)[0]}:{cluster.run.env['DIST_PORT']}"
     lines = tfboot_lines(outcome)
     waits = [line for line in lines if "still waiting for 1 peer(s)" in line and peer in line]

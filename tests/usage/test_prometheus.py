@@ -28,7 +28,7 @@ print(float(tf.reduce_sum(tf.matmul(x, x))))
 
 def local_url() -> str:
     """A loopback URL with a free port for a server the test starts."""
-    return f"http://127.0.0.1:{free_ports(1, '127.0.0.1')[0]}"
+    return f"http://127.0.0.1:{free_ports(1)[0]}"
 
 
 def get(url: str) -> str:

@@ -35,6 +35,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..frames import hidden
 from ..values import line
 
 EXIT_STATUS = 1  # as TensorFlow's task at DIST_STARTUP_TIMEOUT
@@ -69,7 +70,8 @@ def within(function: Callable[..., Any], begin: Callable[[], None],
     def call(*args: Any, **kwargs: Any) -> Any:
         begin()
         try:
-            return function(*args, **kwargs)
+            with hidden:
+                return function(*args, **kwargs)
         finally:
             end()
 
@@ -98,7 +100,8 @@ def bounded(function: Callable[..., Any], seconds: float, text: str) -> Callable
 
         threading.Thread(target=expire, name="tfboot-deadline", daemon=True).start()
         try:
-            return function(*args, **kwargs)
+            with hidden:
+                return function(*args, **kwargs)
         finally:
             done.set()
 

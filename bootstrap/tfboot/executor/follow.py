@@ -27,6 +27,7 @@ import time
 from types import ModuleType
 from typing import Any
 
+from ..frames import hidden
 from ..node.cpu import CpuBudget, schedulable_cpus
 from ..node.livelimits import QuotaFiles
 from . import governor
@@ -146,6 +147,7 @@ def _entering(original: Any, applied: Any) -> Any:
     def enter(self: Any) -> Any:
         if _follower is not None and _follower.pending is not None:
             applied()
-        return original(self)
+        with hidden:
+            return original(self)
 
     return enter

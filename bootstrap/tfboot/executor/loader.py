@@ -3,7 +3,9 @@ batches against ``/dev/shm``, said before they break, and a full ``/dev/shm`` na
 fix for the engine the job runs on.
 
 Nothing the program passed is changed; every wrapper calls PyTorch's own code with the
-same arguments and returns what it returns.
+same arguments and returns what it returns, and an error of it (the program's dataset or
+collate function, in a worker or not) goes on with the frames it has without tfboot
+(``frames.hidden``).
 
 - When a loader's workers start (``_MultiProcessingDataLoaderIter.__init__``): one warning
   when ``num_workers`` and the main process are more processes than the CPU quota, read as
@@ -45,6 +47,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from ..frames import hidden
 from ..node.cpu import cpu_budget
 from ..node.hostmem import memory_budget
 from ..node.shm import MIB, PATH, memory_volume, read_shm, used_bytes
@@ -107,7 +110,8 @@ def _starting(original: Callable[..., Any], quota: float | None, source: str,
             _once(f"cpu {now:g}", quiet, f"DataLoader: num_workers={workers} and the main "
                   f"process are {workers + 1} processes on a CPU quota of {now:g} ({where}): "
                   f"they take turns on it; num_workers={fits} fits it (kept as given)")  # fmt: skip
-        original(self, loader, *args, **kwargs)
+        with hidden:
+            original(self, loader, *args, **kwargs)
 
     return init
 
@@ -130,7 +134,8 @@ def _first_batch(original: Callable[..., Any], quiet: bool) -> Callable[..., Any
             if size:
                 setattr(self, JUDGED, True)
                 _judge(self._num_workers, self._prefetch_factor, size, quiet)
-        return original(self, data, *args)
+        with hidden:
+            return original(self, data, *args)
 
     return process
 
@@ -163,7 +168,8 @@ def _bus_error(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def next_data(self: Any) -> Any:
         try:
-            return original(self)
+            with hidden:
+                return original(self)
         except RuntimeError as exc:
             if "Bus error" not in str(exc):
                 raise
@@ -177,7 +183,8 @@ def _full(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def new_shared(size: int, *args: Any, **kwargs: Any) -> Any:
         try:
-            return original(size, *args, **kwargs)
+            with hidden:
+                return original(size, *args, **kwargs)
         except RuntimeError as exc:
             if not _is_full(exc):
                 raise
@@ -207,7 +214,8 @@ def _feeding(original: Callable[..., Any]) -> Callable[..., Any]:
         default = getattr(queue, "_on_queue_feeder_error", None)
         if default is not None:
             queue._on_queue_feeder_error = functools.partial(_unsent, queue, default)
-        return original(*args, **kwargs)
+        with hidden:
+            return original(*args, **kwargs)
 
     return worker_loop
 

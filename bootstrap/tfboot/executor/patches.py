@@ -21,6 +21,7 @@ from ..budget.gpus import cap_over_gpu
 from ..budget.hostmemory import DataDefaults
 from ..budget.malloc import Watch
 from ..errors import ConfigError, Problem
+from ..frames import hidden
 from ..node.versions import parse
 from .wrapping import replace
 
@@ -171,7 +172,8 @@ def jax_distributed(
             for name, value in filled.items():
                 if bound.get(name) is None:
                     bound[name] = value
-            done = original(**bound)
+            with hidden:
+                done = original(**bound)
             if replicas is not None and (local := jax.local_device_count()) != replicas[1]:
                 raise ConfigError(
                     Problem(

@@ -11,7 +11,9 @@ over a dataset in a ``tf.function`` becomes), ``tf.distribute``'s distributed da
 and multi-device iterators, prefetching to a device, ``save`` and the tf.data service.
 tfboot wraps that method: the dataset it returns carries tfboot's defaults under the
 pipeline's own options (``tf.data.Options`` merged field by field, the pipeline's last),
-so a field the pipeline set itself always wins.
+so a field the pipeline set itself always wins. An error of TensorFlow's (a map function's,
+raised as ``get_single_element`` runs the pipeline) goes on with the frames it has without
+tfboot (``frames.hidden``).
 
 Two paths read a dataset's variant tensor without that method (TensorFlow 2.21,
 ``tensorflow/python/data/ops/dataset_ops.py``), and are wrapped as well:
@@ -43,6 +45,7 @@ from typing import Any
 
 from ..adapters.tensorflow import DATA_HOOK as HOOK
 from ..budget.hostmemory import DataDefaults, ram_budget
+from ..frames import hidden
 from ..node.cpu import cgroup_root
 from ..node.livelimits import LimitFiles
 from ..node.workingset import ProcessTree, WorkingSet, reader
@@ -167,18 +170,34 @@ def install(tf: ModuleType, defaults: DataDefaults) -> bool:
         filling = None if own is None else _filling(tf, own, ours)
         return dataset if filling is None else dataset.with_options(filling)
 
-    _wrap(owner, HOOK, lambda original: lambda self: filled(original(self)))
+    def debugging(original: Any) -> Any:
+        def apply_debug_options(self: Any) -> Any:
+            with hidden:
+                dataset = original(self)
+            return filled(dataset)
+
+        return apply_debug_options
+
+    def single(original: Any) -> Any:
+        def get_single_element(self: Any, *args: Any, **kwargs: Any) -> Any:
+            dataset = filled(self)
+            with hidden:
+                return original(dataset, *args, **kwargs)
+
+        return get_single_element
+
+    def crossing(original: Any) -> Any:
+        def to_components(self: Any, value: Any) -> Any:
+            eager = isinstance(value, owner) and tf.executing_eagerly()
+            value = filled(value) if eager else value
+            with hidden:
+                return original(self, value)
+
+        return to_components
+
+    _wrap(owner, HOOK, debugging)
     if "get_single_element" in vars(owner):
-        _wrap(owner, "get_single_element",
-              lambda original: lambda self, *a, **k: original(filled(self), *a, **k))  # fmt: skip
+        _wrap(owner, "get_single_element", single)
     if spec is not None and "_to_components" in vars(spec):
-
-        def crossing(original: Any) -> Any:
-            def to_components(self: Any, value: Any) -> Any:
-                eager = isinstance(value, owner) and tf.executing_eagerly()
-                return original(self, filled(value) if eager else value)
-
-            return to_components
-
         _wrap(spec, "_to_components", crossing)
     return True
