@@ -125,3 +125,20 @@ def test_the_architecture_table_is_the_layers_the_check_enforces() -> None:
                     assert set(files) - {"__init__.py"} <= found, (label, files)
             else:
                 assert f"{member or '__init__'}.py" in listed, (label, member, listed)
+
+
+def test_the_architecture_table_names_every_module_of_the_tree() -> None:
+    """Every module of the package, read from the tree (not from ``LAYERS``), is named in
+    the table: a top-level file by its name, a module of a folder after ``folder/``."""
+    table = _table()
+    package = ROOT / "bootstrap" / "tfboot"
+    named: set[str] = set()
+    for listed in table.values():
+        folder = ""
+        for name in listed:
+            if name.endswith("/"):
+                folder = name
+            else:
+                named.add(f"{folder}{name}" if folder and "/" not in name else name)
+    modules = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
+    assert modules <= named, sorted(modules - named)
