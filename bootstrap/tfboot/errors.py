@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 from .values import digits, shorten
 
+AUTO_WITHOUT_SHARE = "auto-without-share"  # MEMORY_LIMIT_MB=auto and no share found
+SHARE_BELOW_ROOM = "share-below-headroom"  # a share at or below the framework's headroom
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -17,6 +20,9 @@ class Problem:
     hint: str = ""
     # A valid value that this host cannot satisfy says so instead of "is invalid".
     verdict: str = "is invalid"
+    # What a caller recognises the problem by (``AUTO_WITHOUT_SHARE``, ``SHARE_BELOW_ROOM``),
+    # never by its text; "" for any other.
+    kind: str = ""
 
     def __str__(self) -> str:
         if self.value is None:

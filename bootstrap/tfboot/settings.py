@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .cluster import MODES, NAMES
-from .errors import ConfigError, Problem, bounded
+from .errors import AUTO_WITHOUT_SHARE, ConfigError, Problem, bounded
 from .node.deviceplugin import PluginLimit, auto_without_share, read_plugin_limit
 from .node.hostmem import MAX_POD_MIB, POD_MEMORY_VARIABLE
 from .provenance import user_value
@@ -472,7 +472,8 @@ def resolve(
         values["MEMORY_LIMIT_MB"] = None
         if share is None and len(problems) == before:  # else a plugin variable says so
             missing, hint = auto_without_share(env)
-            problems.append(Problem("MEMORY_LIMIT_MB", given["MEMORY_LIMIT_MB"][0], missing, hint))
+            problems.append(Problem("MEMORY_LIMIT_MB", given["MEMORY_LIMIT_MB"][0], missing, hint,
+                                    kind=AUTO_WITHOUT_SHARE))  # fmt: skip
 
     problems += _cross_checks(env, values, given, mirrors or {})
     if problems:

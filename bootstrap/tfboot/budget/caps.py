@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, Problem
+from ..errors import SHARE_BELOW_ROOM, ConfigError, Problem
 from ..settings import HEADROOM, Settings, resolve, split_problems
 
 if TYPE_CHECKING:
@@ -96,6 +96,13 @@ def _group(mode: str, cluster: ClusterSettings | None, env: Mapping[str, str]) -
     return f"DISTRIBUTED={mode}" if mode == engine else f"DISTRIBUTED={mode} found {engine}"
 
 
+def cap_below(share_mib: int, room: Headroom) -> int | None:
+    """The cap below a share of ``share_mib`` MiB that leaves ``room``; None where the share
+    leaves nothing (at or below the headroom)."""
+    cap = share_mib - room.mib
+    return cap if cap > 0 else None
+
+
 def with_caps(settings: Settings, env: Mapping[str, str], declared: Headroom | None,
               framework: str) -> Settings:  # fmt: skip
     """``settings`` with ``framework``'s caps below the share ``MEMORY_LIMIT_MB=auto`` read
@@ -109,8 +116,9 @@ def with_caps(settings: Settings, env: Mapping[str, str], declared: Headroom | N
     problems: list[Problem] = []
 
     def cap(mib: int | None, where: str) -> int | None:
-        if mib is None or mib > room.mib:
-            return None if mib is None else mib - room.mib
+        below = None if mib is None else cap_below(mib, room)
+        if mib is None or below is not None:
+            return below
         problems.append(
             Problem(
                 "MEMORY_LIMIT_MB",
@@ -118,6 +126,7 @@ def with_caps(settings: Settings, env: Mapping[str, str], declared: Headroom | N
                 f"the share of {mib} MiB{where} ({share.source}) is at or below "
                 f"{room.shown(framework)}: nothing would be left for {framework}'s pool",
                 f"ask for a larger share, set {HEADROOM} lower, or set MEMORY_LIMIT_MB to a number",
+                kind=SHARE_BELOW_ROOM,
             )
         )
         return None

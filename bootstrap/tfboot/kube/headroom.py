@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..budget.caps import Headroom, headroom
+from ..budget.caps import Headroom, cap_below, headroom
 from ..budget.roles import NAMES
 from ..cluster import NAMES as CLUSTER_NAMES
 from ..errors import ConfigError
@@ -49,8 +49,7 @@ class Advice:
 
     def cap(self, share: int) -> int | None:
         """The cap to write below ``share`` MiB; None when the share leaves no room."""
-        cap = share - self.room.mib
-        return cap if cap > 0 else None
+        return cap_below(share, self.room)
 
     def shown(self) -> str:
         """Such as "1536 MiB of headroom for TensorFlow (why; PyTorch and JAX need 1024 MiB)"."""

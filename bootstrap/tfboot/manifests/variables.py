@@ -14,7 +14,7 @@ from dataclasses import replace
 from ..adapters import Plan
 from ..adapters.tensorflow import make_plan
 from ..budget import NO_LIMIT, make_budget
-from ..errors import ConfigError, Problem
+from ..errors import AUTO_WITHOUT_SHARE, SHARE_BELOW_ROOM, ConfigError, Problem
 from ..frameworks import resolve
 from ..kube.documents import quantity
 from ..kube.dracaps import container_mps_cap
@@ -25,7 +25,7 @@ from ..kube.report import Report
 from ..kube.shm import MEMORY, NODE, OTHER, RUNTIME, DevShm, dev_shm
 from ..kube.workloads import Container, GpuGrant, container_grant
 from ..node.cpu import CpuBudget
-from ..node.deviceplugin import PLUGINS, auto_without_share
+from ..node.deviceplugin import PLUGINS
 from ..node.nccl import SHM
 from ..node.shm import DOCKER_DEFAULT_MIB, memory_volume, size_under
 from ..settings import (
@@ -50,20 +50,6 @@ def _without_hint(problem: Problem) -> str:
 def _share_resources() -> str:
     """The resources that grant a GPU memory share, as a fix names them."""
     return " or ".join(f"{p.resource} ({p.name})" for p in PLUGINS if p.resource)
-
-
-def _is_auto_without_share(problem: Problem, env: Mapping[str, str]) -> bool:
-    """The problem ``auto`` gives when no plugin variable is set (``auto_without_share``)."""
-    return problem.variable == "MEMORY_LIMIT_MB" and problem.accepted == auto_without_share(env)[0]
-
-
-def _is_share_below_headroom(problem: Problem) -> bool:
-    """The problem ``auto`` gives under a share at or below the framework's headroom."""
-    return (
-        problem.variable == "MEMORY_LIMIT_MB"
-        and problem.value == "auto"
-        and " at or below " in problem.accepted
-    )
 
 
 def _other_rooms(room: Advice) -> str:
@@ -116,9 +102,9 @@ def _report_problems(
     container: Container, problems: Sequence[Problem], env: Mapping[str, str], report: Report
 ) -> None:
     for problem in problems:
-        if _is_auto_without_share(problem, env):
+        if problem.kind == AUTO_WITHOUT_SHARE:
             _report_auto(container, env, report)
-        elif _is_share_below_headroom(problem):
+        elif problem.kind == SHARE_BELOW_ROOM:
             report.add(
                 container.where,
                 "share-below-headroom",

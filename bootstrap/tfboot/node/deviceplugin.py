@@ -287,6 +287,8 @@ class Plugin:
     unit_mib: int = 1  # MiB per unit of that resource
     # (GPUs granted, amount of the resource) -> the variables the plugin sets in the container
     grant_env: Callable[[int, int], dict[str, str]] | None = None
+    # the variables whose presence says the container runs under it (the usage record's)
+    set_by: tuple[str, ...] = ()
 
 
 # Every plugin MEMORY_LIMIT_MB=auto reads: hard shares first, then advisory ones, in order.
@@ -299,10 +301,11 @@ PLUGINS: tuple[Plugin, ...] = (
         _hami,
         "nvidia.com/gpumem",
         grant_env=lambda count, mib: {f"{HAMI_PREFIX}{i}": f"{mib}m" for i in range(count)},
+        set_by=(HAMI_ALL,),
     ),
-    Plugin("mps", "MPS", MPS, True, _mps),
+    Plugin("mps", "MPS", MPS, True, _mps, set_by=(MPS, MPS_PIPE)),
     Plugin("dmem", "MPS memory partitioning", "dmem.max", True, _dmem),
-    Plugin("kai", "KAI", KAI_LIMITS, True, _kai_limits),
+    Plugin("kai", "KAI", KAI_LIMITS, True, _kai_limits, set_by=(KAI_LIMITS,)),
     Plugin(
         "gpushare",
         "gpushare",
@@ -312,8 +315,9 @@ PLUGINS: tuple[Plugin, ...] = (
         "aliyun.com/gpu-mem",
         1024,
         lambda _count, gib: {GPUSHARE: str(gib)},
+        set_by=(GPUSHARE,),
     ),
-    Plugin("kai-portion", "KAI", KAI_PORTION, False, _kai_portion),
+    Plugin("kai-portion", "KAI", KAI_PORTION, False, _kai_portion, set_by=(KAI_PORTION,)),
 )
 
 

@@ -21,25 +21,17 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..node.deviceplugin import (
-    GPUSHARE,
-    GPUSHARE_DEVICE,
-    HAMI_ALL,
-    HAMI_PREFIX,
-    KAI_LIMITS,
-    KAI_PORTION,
-    MPS,
-    MPS_PIPE,
-)
+from ..node import deviceplugin
+from ..node.deviceplugin import GPUSHARE_DEVICE, HAMI_ALL, HAMI_PREFIX, MPS
 
-# plugin -> the variables that say the container runs under it
-PLUGINS: dict[str, tuple[str, ...]] = {
-    "HAMi": (HAMI_ALL,),
-    "MPS": (MPS, MPS_PIPE),
-    "KAI": (KAI_LIMITS, KAI_PORTION),
-    "gpushare": (GPUSHARE,),
-}
-KEPT = (HAMI_ALL, MPS, MPS_PIPE, KAI_LIMITS, KAI_PORTION, GPUSHARE, GPUSHARE_DEVICE)
+# plugin (as messages name it) -> the variables that say the container runs under it: from
+# the one table of plugins (``node.deviceplugin.PLUGINS``), a plugin's rows joined
+PLUGINS: dict[str, tuple[str, ...]] = {}
+for _plugin in deviceplugin.PLUGINS:
+    if _plugin.set_by:
+        PLUGINS[_plugin.name] = PLUGINS.get(_plugin.name, ()) + _plugin.set_by
+# what the record keeps: those, and gpushare's device total (its unit)
+KEPT = (*(name for names in PLUGINS.values() for name in names), GPUSHARE_DEVICE)
 MAX_VARIABLES = 64  # HAMi's per-GPU variables included
 MAX_VALUE = 256
 SOURCE = "the process environment when the report started"
