@@ -371,3 +371,24 @@ def test_a_size_limit_that_is_no_quantity_is_an_error() -> None:
         "/dev/shm is the emptyDir shm (medium: Memory, sizeLimit: lots), and its sizeLimit is "
         "not a quantity"
     )
+
+
+@pytest.mark.parametrize(("memory", "size", "how"), [
+    ("2Gi", "1024Mi", "the 1024 MiB NCCL needs (2 GPUs), within its limits.memory (2Gi)"),
+    ("8Gi", "2048Mi", "a quarter of its limits.memory (8Gi)"),  # more than NCCL's least
+    ("1536Mi", "384Mi", "a quarter of its limits.memory (1536Mi)"),  # 1 GiB is over half
+])  # fmt: skip
+def test_a_container_where_nccl_runs_gets_what_nccl_needs_where_the_limit_allows(
+    memory: str, size: str, how: str
+) -> None:
+    """Two GPUs: NCCL needs 1 GiB of /dev/shm (tfboot warns at the import below it); where
+    half the limit holds it, that is what inject gives, else the quarter, said either way."""
+    source = pytorch_pod(2, memory, [], [])
+    done = inject_shm(source)
+    assert f"sizeLimit: {size} at /dev/shm, its own (volume tfboot-shm-train): {how}" in (
+        done.stderr
+    ), done.stderr
+    assert volumes(pod_spec(done.stdout))["tfboot-shm-train"]["emptyDir"]["sizeLimit"] == size
+    if size == "1024Mi":  # then manifests have nothing to say of /dev/shm
+        assert not [rule for rule in shm_rules(done.stdout) if rule[1] in SHM_RULES]
+    assert_round_trip(source, done.stdout)

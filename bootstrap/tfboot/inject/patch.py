@@ -19,7 +19,7 @@ from ..kube import template as t
 from ..kube.dracaps import pod_mps_caps
 from ..kube.interpreter import ADVICE, ignored_by
 from ..kube.shm import RUNTIME, dev_shm
-from ..kube.workloads import dig, own_resources, pod_resources, templates
+from ..kube.workloads import dig, gpu_grant, own_resources, pod_resources, templates
 from ..settings import BOOL_ACCEPTED, BOOL_WORDS, POD_MEMORY
 
 LIMIT = "MEMORY_LIMIT_MB"
@@ -291,6 +291,7 @@ def _add_shm(pod: dict[str, Any], chosen: list[str], created: list[str], where: 
     pages count against it, so one shared with a larger container could fill it); what was
     done, and why a container got none, as notes. One mounting a /dev/shm of its own keeps it."""
     from ..kube.documents import quantity
+    from ..node.nccl import SHM_MIN_MIB
     from ..node.shm import DOCKER_DEFAULT_MIB, MIB, memory_volume, size_under
 
     notes: list[str] = []
@@ -305,6 +306,9 @@ def _add_shm(pod: dict[str, Any], chosen: list[str], created: list[str], where: 
         given = _memory_given(container)
         limit = quantity(given)
         size = size_under(limit) if limit else None
+        nccl = _nccl(container)
+        if nccl and limit and limit >= 2 * SHM_MIN_MIB * MIB:  # NCCL's least, within half
+            size = max(size or 0, SHM_MIN_MIB)
         if not limit:
             has = "no limits.memory" if given is None else f"limits.memory {given!r}, not a size"
             notes.append(f"{here}: /dev/shm not added: its size is taken from limits.memory, "
@@ -320,10 +324,25 @@ def _add_shm(pod: dict[str, Any], chosen: list[str], created: list[str], where: 
         path = f"containers/{name}"
         _list(container, "volumeMounts", created, f"{path}/volumeMounts").append(t.shm_mount(name))
         rounded = "" if size * 4 * MIB == limit else ", rounded down to whole 64 MiB"
+        how = f"a quarter of its limits.memory ({given}){rounded}"
+        if size == SHM_MIN_MIB and size * 4 * MIB > limit:
+            how = f"the {SHM_MIN_MIB} MiB NCCL needs ({nccl}), within its limits.memory ({given})"
         notes.append(f"{here}: added {memory_volume(f'{size}Mi')}, its own (volume "
-                     f"{t.shm_name(name)}): a quarter of its limits.memory ({given}){rounded}, "
-                     "which its pages count against (--shm; uninject takes it out)")  # fmt: skip
+                     f"{t.shm_name(name)}): {how}, which its pages count against (--shm; "
+                     "uninject takes it out)")  # fmt: skip
     return notes
+
+
+def _nccl(container: Mapping[str, Any]) -> str:
+    """Why NCCL will run in ``container`` ("": it will not), from its limits and its literal
+    env: several GPUs, or a GPU under ``DISTRIBUTED``."""
+    gpus = gpu_grant(own_resources(container, "limits")).count
+    env = {str(e.get("name")): str(e.get("value", "")) for e in container.get("env") or []
+           if isinstance(e, Mapping)}  # fmt: skip
+    mode = env.get("DISTRIBUTED", "").strip().lower()
+    if gpus > 1:
+        return f"{gpus} GPUs"
+    return f"a GPU under DISTRIBUTED={mode}" if gpus and mode not in ("", "off") else ""
 
 
 def _pod_memory(pod: Mapping[str, Any], container: dict[str, Any], created: list[str],
