@@ -50,7 +50,7 @@ from typing import Any
 from ..frames import hidden
 from ..node.cpu import cpu_budget
 from ..node.hostmem import memory_budget
-from ..node.shm import MIB, PATH, memory_volume, read_shm, used_bytes
+from ..node.shm import MIB, PATH, give_more, in_docker, read_shm, used_bytes
 from .result import emit
 from .wrapping import replace
 
@@ -264,17 +264,7 @@ def _full_text(size: int | None, workers: int, prefetch: int, sending: bool = Fa
 
 def _fix(mib: int) -> str:
     """How to give ``/dev/shm`` ``mib`` MiB on the engine this job runs on."""
-    env = os.environ
-    if env.get("KUBERNETES_SERVICE_HOST"):
-        return (f"mount {memory_volume(f'{mib}Mi')} (it counts against the container's "
-                "memory limit: raise limits.memory by as much)")  # fmt: skip
-    if env.get("SLURM_JOB_ID"):
-        return (f"{PATH} is the node's on Slurm, shared by every job there: ask for a node "
-                f"whose {PATH} has {mib} MiB free, or run the step in a container with "
-                f"--shm-size={mib}m")  # fmt: skip
-    if os.path.exists("/.dockerenv"):
-        return f"docker run --shm-size={mib}m (Compose: shm_size: {mib}m)"
-    return f"docker run --shm-size={mib}m; on Kubernetes {memory_volume(f'{mib}Mi')}"
+    return give_more(mib, os.environ, in_docker())
 
 
 def _suggested(need: int) -> int:

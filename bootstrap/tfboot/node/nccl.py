@@ -13,7 +13,7 @@ from __future__ import annotations
 import resource
 from dataclasses import dataclass, field
 
-from .shm import MIB, memory_volume, size_mib
+from .shm import MIB, docker_flag, memory_volume, size_mib
 from .shm import PATH as SHM
 
 SHM_MIN_MIB = 1024
@@ -47,8 +47,8 @@ class Readiness:
             size = "missing" if shm_mib is None else f"{shm_mib} MiB"
             warnings.append(
                 f"NCCL: {why}, and {self.path} is {size}, below {SHM_MIN_MIB} MiB: NCCL's "
-                "all-reduce can fail on its shared memory; docker run --shm-size=1g, or under "
-                f"Kubernetes mount {memory_volume()}"
+                f"all-reduce can fail on its shared memory; docker run {docker_flag(SHM_MIN_MIB)}, "
+                f"or under Kubernetes mount {memory_volume()}"
             )
         if memlock is not None and memlock < MEMLOCK_MIN_MIB:
             warnings.append(

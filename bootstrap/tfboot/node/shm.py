@@ -12,6 +12,7 @@ free space come from ``statvfs``; the mount (a tmpfs of its own, its ``size=``) 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 PATH = "/dev/shm"
@@ -77,6 +78,32 @@ def memory_volume(size: str | None = None) -> str:
     None: no size named)."""
     sized = f" and sizeLimit: {size}" if size else ""
     return f"an emptyDir with medium: Memory{sized} at {PATH}"
+
+
+def docker_flag(mib: int) -> str:
+    """``docker run``'s option that gives ``/dev/shm`` ``mib`` MiB (1 GiB as ``1g``)."""
+    return "--shm-size=1g" if mib == 1024 else f"--shm-size={mib}m"
+
+
+def give_more(mib: int, env: Mapping[str, str], docker: bool) -> str:
+    """How to give ``/dev/shm`` ``mib`` MiB on the engine this job runs on (``env``'s, and
+    ``docker``: the process is in a Docker container): the one fix every message names."""
+    flag = docker_flag(mib)
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        return (f"mount {memory_volume(f'{mib}Mi')} (it counts against the container's "
+                "memory limit: raise limits.memory by as much)")  # fmt: skip
+    if env.get("SLURM_JOB_ID"):
+        return (f"{PATH} is the node's on Slurm, shared by every job there: ask for a node "
+                f"whose {PATH} has {mib} MiB free, or run the step in a container with "
+                f"{flag}")  # fmt: skip
+    if docker:
+        return f"docker run {flag} (Compose: shm_size: {flag.partition('=')[2]})"
+    return f"docker run {flag}; on Kubernetes {memory_volume(f'{mib}Mi')}"
+
+
+def in_docker() -> bool:
+    """This process runs in a Docker container (Docker's ``/.dockerenv``)."""
+    return os.path.exists("/.dockerenv")
 
 
 def _stat(path: str) -> os.statvfs_result | None:

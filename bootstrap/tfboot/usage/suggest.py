@@ -34,6 +34,7 @@ from typing import Any
 
 from ..budget.roles import NAMES
 from ..frameworks import HEADROOMS
+from ..node.shm import docker_flag, memory_volume
 from .shares import in_terms, shown
 
 MARGIN = 0.15
@@ -278,8 +279,8 @@ def suggest(
         )
     if shm is not None:
         size = _up(max(shm, SHM_MIN_MIB), SHM_ROUND_MIB)
-        found["shm"] = {"size_mib": size, "docker": f"--shm-size={size}m",
-                        "kubernetes": f"emptyDir medium: Memory, sizeLimit: {size}Mi"}  # fmt: skip
+        found["shm"] = {"size_mib": size, "docker": docker_flag(size),
+                        "kubernetes": memory_volume(f"{size}Mi")}  # fmt: skip
         found["sources"]["shm"] = (
             f"/dev/shm's peak as DataLoader batches arrived, max of {runs}, +{MARGIN:.0%}; its "
             "pages count in the memory peak, so the memory limit above holds it"
