@@ -20,12 +20,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from tfboot.budget.hostmemory import LIVE_AT
 from tfboot.budget.malloc import (
     CALM_S,
     FAST_S,
     HOLD_AT,
     KEEP,
+    LIVE_AT,
     RATE,
     SLOW_S,
     STEP,

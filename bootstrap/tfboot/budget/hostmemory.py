@@ -7,7 +7,7 @@ buffers hold; the elements being made, the batches being assembled and what the 
 keeps of them come on top, measured at two to three times the budget (24 MiB elements
 under a 175 MiB budget added 373 MiB to the working set, docs/host-memory.md). So the
 pipeline's whole share stays near ``LIVE_AT`` of the limit, below the governor's levels
-(``budget.malloc``). The working set is read when the framework is imported, and again as
+(``budget.malloc`` holds them all, ``LIVE_AT`` included: one policy). The working set is read when the framework is imported, and again as
 each pipeline starts (``executor.tfdata``), so a pipeline made after the model was built,
 or beside another pipeline, gets the room left then. Never less than ``FLOOR_SHARE`` of the
 limit: a pipeline always runs.
@@ -21,12 +21,12 @@ from ..node.cpu import CpuBudget
 from ..node.hostmem import PINNED_SHARE, MemoryBudget
 from ..node.versions import shown
 from ..settings import Settings
+from .malloc import LIVE_AT
 
 TF_INITIAL_PARALLELISM = 16  # tf.data's initial parallelism per autotuned transformation
 # tf.data's AutotuneOptions.initial_parallelism exists from TensorFlow 2.17
 # (tensorflow/python/data/ops/options.py); before, there is no such option to set.
 INITIAL_PARALLELISM_FROM = (2, 17)
-LIVE_AT = 0.60  # of the limit: what tf.data's buffers and transients may fill up to
 TRANSIENT = 3  # the working set a pipeline adds, against the bytes its buffers hold
 FLOOR_SHARE = 32  # the least RAM budget: a 32nd of the limit
 

@@ -44,11 +44,11 @@ said; ``HOST_MEMORY_RELEASE=false`` turns it off. Pure: the allocator facts are 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..node.allocator import Allocator
 from ..node.workingset import cgroup_version
 from ..settings import Settings
-from .hostmemory import HostMemory
 
 M_TRIM_THRESHOLD = -1  # malloc.h
 M_MMAP_THRESHOLD = -3  # malloc.h
@@ -57,6 +57,8 @@ MMAP_THRESHOLD = 1 << 20  # 1 MiB while held: docs/host-memory.md measures it
 # largest mallopt accepts), and the trim threshold it sets with it (twice the mmap threshold).
 KEEP_MMAP = 32 << 20
 LOOSE_TRIM = 64 << 20
+# The one policy of host memory under a limit, lowest first (the test asserts the order):
+LIVE_AT = 0.60  # of the limit: what tf.data's buffers and transients may fill up to
 KEEP = 0.04  # of the limit: the most freed memory kept, under the 5% a job has to spare
 KEEP_MAX = 1 << 30  # and at most this (mallopt takes an int)
 TRIM_AT = 0.65  # of the limit: free pages trimmed from here
@@ -122,7 +124,14 @@ class Release:
     detail: str = ""
 
 
-def release(settings: Settings, host: HostMemory, allocator: Allocator,
+class Limited(Protocol):
+    """The host-memory budget as the governor needs it (``budget.hostmemory.HostMemory``)."""
+
+    limit_mib: int | None
+    origin: str
+
+
+def release(settings: Settings, host: Limited, allocator: Allocator,
             limit_file: str = "") -> Release | None:  # fmt: skip
     """The governor under ``host``'s limit; None where there is no limit. ``limit_file``: the
     container's memory limit file, whose cgroup's working set is watched ("": none)."""
