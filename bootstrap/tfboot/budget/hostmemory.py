@@ -7,10 +7,11 @@ buffers hold; the elements being made, the batches being assembled and what the 
 keeps of them come on top, measured at two to three times the budget (24 MiB elements
 under a 175 MiB budget added 373 MiB to the working set, docs/host-memory.md). So the
 pipeline's whole share stays near ``LIVE_AT`` of the limit, below the governor's levels
-(``budget.malloc`` holds them all, ``LIVE_AT`` included: one policy). The working set is read when the framework is imported, and again as
-each pipeline starts (``executor.tfdata``), so a pipeline made after the model was built,
-or beside another pipeline, gets the room left then. Never less than ``FLOOR_SHARE`` of the
-limit: a pipeline always runs.
+(``budget.malloc`` holds them all, ``LIVE_AT`` included: one policy). The working set
+is read when the framework is imported, and again as each pipeline starts
+(``executor.tfdata``), so a pipeline made after the model was built, or beside another
+pipeline, gets the room left then. Never less than ``FLOOR_SHARE`` of the limit: a pipeline
+always runs.
 """
 
 from __future__ import annotations

@@ -32,9 +32,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..budget.caps import headroom
 from ..budget.roles import NAMES
 from ..frameworks import HEADROOMS
 from ..node.shm import docker_flag, memory_volume
+from ..settings import resolve
 from .shares import in_terms, shown
 
 MARGIN = 0.15
@@ -197,12 +199,14 @@ def _outside(gpus: list[dict[str, Any]]) -> float | None:
 
 
 def _headroom(records: Sequence[dict[str, Any]]) -> tuple[int, str]:
-    """The largest headroom ``MEMORY_LIMIT_MB=auto`` keeps for the runs' frameworks."""
+    """The largest headroom ``MEMORY_LIMIT_MB=auto`` keeps for the runs' frameworks, by the
+    one rule (``budget.caps.headroom``) under the settings of an empty environment."""
     used = {gpu.get("framework") for record in records for gpu in record.get("gpus") or []}
     seen = [module for module, name in NAMES.items() if name in used] or ["tensorflow"]
-    room = max((HEADROOMS[m] for m in seen), key=lambda room: room.mib)
-    module = next(m for m in seen if HEADROOMS[m] is room)
-    return room.mib, f"{NAMES[module]}'s headroom below a share ({room.why})"
+    settings = resolve({})
+    rooms = {m: headroom(settings, {}, HEADROOMS.get(m), NAMES[m]) for m in seen}
+    module = max(seen, key=lambda m: rooms[m].mib)
+    return rooms[module].mib, f"{NAMES[module]}'s headroom below a share ({rooms[module].why})"
 
 
 def _share(found: dict[str, Any], cap: int, outside: float | None,
