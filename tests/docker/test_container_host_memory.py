@@ -135,7 +135,8 @@ def test_short_memory_is_held_under_the_margin(tfboot_image: str, case: str) -> 
         assert outcome.exit_code == 0, f"killed or failed ({case})\n{outcome}"
         found = outcome.json()
         assert found["working_set_mib"] <= MARGIN * found["limit_mib"], (case, found)
-        assert "freed host memory kept while plentiful, returned to the kernel when short" in (
+        assert "read again as it runs: freed memory kept up to " in outcome.stderr
+        assert "given back from 65% (HOST_MEMORY_RELEASE=false leaves malloc alone)" in (
             outcome.stderr
         )
 
