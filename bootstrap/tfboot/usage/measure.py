@@ -151,6 +151,8 @@ class Meter:
         now = _stamp(time.time())
         memory = None if self.fixed else memory_budget(self.env)
         quota = cpu_budget(self.env)
+        moved = not quota.problem and quota.quota != self.quota[0]
+        cpu = self._cpu_counters() if moved else None  # the end of a stretch: read unlocked
         with self.lock:
             if memory is not None and not memory.problem and memory.limit_mib != self.limit[0]:
                 ended = {"limit_mib": self.limit[0], "until": now,
@@ -159,8 +161,7 @@ class Meter:
                 self.limit = (memory.limit_mib, memory.source)
                 self.shared["limit"] = memory.shared
                 self.memory_stretch = MemoryStretch(used)
-            if not quota.problem and quota.quota != self.quota[0]:
-                cpu = self._cpu_counters()
+            if cpu is not None and quota.quota != self.quota[0]:
                 kept(
                     self.earlier_quotas,
                     {"quota": self.quota[0], "until": now, **self.cpu_stretch.figures(cpu)},
