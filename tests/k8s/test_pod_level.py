@@ -81,3 +81,18 @@ def test_inject_gives_the_downward_api_s_limit_and_uninject_takes_it_out() -> No
     assert again.stdout == done.stdout
     undone = tfboot("uninject", "-", stdin=done.stdout)
     assert undone.returncode == 0 and undone.stdout == source, undone.stderr
+
+
+def test_resources_of_another_shape_are_no_crash_of_inject() -> None:
+    """A Pod's or a container's ``resources`` that is no mapping: inject adds nothing for
+    it, with or without ``--shm``, and raises nothing."""
+    source = SHARED.read_text().replace(
+        '  resources:\n    requests: {cpu: "4", memory: 8Gi}\n'
+        '    limits: {cpu: "4", memory: 8Gi}\n',
+        "  resources: 8Gi\n",
+    )
+    assert "resources: 8Gi" in source
+    for args in ((), ("--shm",)):
+        done = tfboot("inject", "--image", IMAGE, *args, "-", stdin=source)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        assert "TFBOOT_POD_MEMORY_LIMIT_MB" not in done.stdout

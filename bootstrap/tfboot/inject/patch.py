@@ -19,7 +19,7 @@ from ..kube import template as t
 from ..kube.dracaps import pod_mps_caps
 from ..kube.interpreter import ADVICE, ignored_by
 from ..kube.shm import RUNTIME, dev_shm
-from ..kube.workloads import dig, gpu_grant, own_resources, pod_resources, templates
+from ..kube.workloads import dig, gpu_grant, templates
 from ..settings import BOOL_ACCEPTED, BOOL_WORDS, POD_MEMORY
 
 LIMIT = "MEMORY_LIMIT_MB"
@@ -336,7 +336,8 @@ def _add_shm(pod: dict[str, Any], chosen: list[str], created: list[str], where: 
 def _nccl(container: Mapping[str, Any]) -> str:
     """Why NCCL will run in ``container`` ("": it will not), from its limits and its literal
     env: several GPUs, or a GPU under ``DISTRIBUTED``."""
-    gpus = gpu_grant(own_resources(container, "limits")).count
+    limits = dig(container, ("resources", "limits"))
+    gpus = gpu_grant(limits if isinstance(limits, dict) else {}).count
     env = {str(e.get("name")): str(e.get("value", "")) for e in container.get("env") or []
            if isinstance(e, Mapping)}  # fmt: skip
     mode = env.get("DISTRIBUTED", "").strip().lower()
@@ -350,8 +351,9 @@ def _pod_memory(pod: Mapping[str, Any], container: dict[str, Any], created: list
     """``POD_MEMORY`` from the Downward API's ``limits.memory`` (the Pod's, where the
     container has none of its own) for a container under a Pod-level memory limit that
     does not set it itself; whether it was added."""
-    if "memory" in own_resources(container, "limits") or \
-            "memory" not in pod_resources(pod, "limits"):  # fmt: skip
+    pod_limits = dig(pod, ("resources", "limits"))  # of any shape: inject never raises on it
+    if _memory_given(container) is not None or not isinstance(pod_limits, Mapping) or \
+            "memory" not in pod_limits:  # fmt: skip
         return False
     env = _list(container, "env", created, f"{path}/env")
     if _last(env, POD_MEMORY) is not None:
