@@ -37,8 +37,11 @@ venv() {  # venv DIR REQUIREMENTS [PYTHON]
     [ -x "$1/bin/python" ] || "${3:-$python}" -m venv "$1"
     # Said before pip starts: a cold install of a framework takes minutes with no output.
     say "$1: installing $2 (pip is quiet; a cold install takes minutes)"
-    "$1/bin/python" -m pip install -q --disable-pip-version-check -r "$2"
+    # No cache: a cold machine would keep a second copy of every wheel it downloads.
+    "$1/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir -r "$2"
 }
+# A cold run needs about 30 GB: the environments, the images and the tests' own files.
+say "$(df -Ph . | awk 'NR == 2 {print $4}') free on this disk; a cold run takes about 30 GB"
 say "preparing .venv, .venv-nightly and the version matrix"
 venv .venv requirements/test.txt
 venv .venv-nightly requirements/nightly.txt
@@ -69,6 +72,9 @@ for pair in "3.10 .venv-tf-2.15-py3.10 requirements/tf-2.15-py3.10.txt" \
         say "no Python $version here: its tests will say so (and fail under CI=true)"
     fi
 done
+
+# The environments share many wheels (numpy, scipy, jaxlib, Keras): each file once on disk.
+.venv/bin/python scripts/link_duplicates.py .venv .venv-*
 
 say "building and installing the tfboot wheel"
 bash scripts/install-wheel.sh

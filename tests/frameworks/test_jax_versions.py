@@ -1,7 +1,7 @@
 """JAX at the versions where what it reads moved, each in an environment of its own (built
 by scripts/test.sh from requirements/jax-*.txt), the test environment's (``newest`` here),
-and the newest JAX on the newer Python it needs (``NEWER_PYTHON``, with Keras 3 and
-PyTorch): every claim is read back from JAX itself, and every variable tfboot writes is
+and the newest JAX on the newer Python it needs (``NEWER_PYTHON``, with Keras 3):
+every claim is read back from JAX itself, and every variable tfboot writes is
 one that version reads.
 
 - ``VIRTUAL_SPLIT`` without a GPU: ``JAX_NUM_CPU_DEVICES`` is read only from JAX 0.5.1; before,

@@ -178,12 +178,12 @@ print(json.dumps(found))
     @pytest.mark.parametrize(
         ("backend", "version"),
         [("jax", "newest"), ("torch", "newest"), ("tensorflow", "newest"),
-         ("jax", NEWER_PYTHON), ("torch", NEWER_PYTHON)],
+         ("jax", NEWER_PYTHON)],
     )  # fmt: skip
     def test_fit_on_each_backend_with_the_policy_and_threads(
         self, backend: str, version: str
     ) -> None:
-        """Also on the newest JAX and its Python, with PyTorch there (no TensorFlow)."""
+        """Also on the newest JAX and its Python (no TensorFlow nor PyTorch there)."""
         env = {"KERAS_BACKEND": backend, "MIXED_PRECISION": "mixed_bfloat16", "CPU_THREADS": "1"}
         found = run_json(self.FIT, env, version)
         assert found["backend"] == backend and found["policy"] == "mixed_bfloat16"
