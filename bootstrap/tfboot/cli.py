@@ -16,7 +16,7 @@ from . import __version__
 from .budget.roles import NAMES as FRAMEWORKS
 from .errors import ConfigError
 from .settings import MAX_MEMORY_MB
-from .values import digits, hide_credentials, line, nonblank, quote, rows
+from .values import digits, hide_credentials, line, quote, rows
 
 MIN_CAP_MB = 64  # selftest: room for growth's first regions in each half of a split
 MAX_TIMEOUT_S = 86400  # selftest: a day per row is already far past any sane wait
@@ -277,28 +277,15 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _run_time(settings: Any, env: dict[str, str]) -> tuple[list[dict[str, str]], str]:
-    """The environments of running tasks ``check`` judges, and what it left to run time. An
-    Indexed Job's ``JOB_COMPLETION_INDEX`` and srun's variables exist only in the running
-    task: without them, the first and the last index of the task's type are checked (k8s;
-    each differs only in its own address), or a step of one node with every task (slurm)."""
-    cluster = settings.cluster
-    if cluster is None:
+    """The environments of running tasks ``check`` judges, and what it left to run time: the
+    engine ``DISTRIBUTED`` names puts its own in place of what its launcher sets only in a
+    running task (``Engine.at_run_time``)."""
+    if settings.cluster is None:
         return [env], ""
-    counts = dict(cluster.tasks or ())
-    if settings.distributed == "slurm" and nonblank(env, "SLURM_PROCID") is None:
-        size = str(sum(counts.values()) or 1)
-        step = {"SLURM_JOB_ID": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
-                "SLURM_NTASKS": size, "SLURM_STEP_NODELIST": "node0",
-                "SLURM_STEP_TASKS_PER_NODE": size, "SLURMD_NODENAME": "node0"}  # fmt: skip
-        return [{**env, **step}], (f"srun's variables come at run time: checked as a step of "
-                                   f"{size} task(s) on one node")  # fmt: skip
-    kind = cluster.task_type or "worker"
-    waits = settings.distributed == "k8s" and cluster.task_index is None
-    if not waits or nonblank(env, "JOB_COMPLETION_INDEX") is not None or kind not in counts:
-        return [env], ""
-    last = counts[kind] - 1
-    found = [{**env, "JOB_COMPLETION_INDEX": str(index)} for index in sorted({0, last})]
-    return found, f"{kind} indexes 0 to {last} checked (JOB_COMPLETION_INDEX comes at run time)"
+    from .cluster.engines import BY_NAME
+
+    engine = BY_NAME.get(settings.distributed)
+    return ([env], "") if engine is None else engine.at_run_time(settings.cluster, env)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

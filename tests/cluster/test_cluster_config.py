@@ -189,7 +189,7 @@ class TestSlurm:
 
         def base(job: str, step: str, **more: str) -> int:
             env = {**SLURM, "SLURM_JOB_ID": job, "SLURM_STEP_ID": step, **more}
-            return int(cluster_plan("slurm", env).identity.config.address.rpartition(":")[2]) - 1
+            return int(cluster_plan("slurm", env).identity.cluster.address.rpartition(":")[2]) - 1
 
         assert base("7", "0") == 11792 and base("8", "0") == 11792 + 256
         assert base("7", "1") == 11792 + 16
@@ -316,8 +316,8 @@ class TestFoundTfConfig:
         sparse = {"cluster": {"worker": {"1": "b:1", "0": "a:1", "2": "c:1"}}}
         config = {**sparse, "task": {"type": "worker", "index": 1}}
         cluster = cluster_plan("auto", {"TF_CONFIG": json.dumps(config)})
-        assert cluster.identity.config is not None
-        assert cluster.identity.config.cluster == {"worker": ["a:1", "b:1", "c:1"]}
+        assert cluster.identity.cluster is not None
+        assert cluster.identity.cluster.cluster == {"worker": ["a:1", "b:1", "c:1"]}
         assert cluster.peers == ["a:1", "c:1"]
 
     @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from support import REPO, cluster_plan
 from tfboot import ConfigError
-from tfboot.cluster.engines import slurm_port
+from tfboot.cluster.engines.slurm import slurm_port
 
 RECORDED = REPO / "tests" / "testdata" / "slurm"
 STEPS = sorted(
@@ -35,7 +35,7 @@ def test_every_task_builds_the_cluster_srun_really_placed(path: Path) -> None:
     clusters = set()
     for env in tasks(path):
         plan = cluster_plan("slurm", env)
-        config = plan.identity.config
+        config = plan.identity.cluster
         rank = int(env["SLURM_PROCID"])
         base = slurm_port(env)[0]
         where = f"{env['SLURMD_NODENAME']}:{base + int(env['SLURM_LOCALID'])}"
@@ -59,7 +59,7 @@ def test_an_arbitrary_layout_is_refused_by_every_rank_alike() -> None:
 def test_the_batch_script_and_the_allocation_shell_are_no_task(path: Path) -> None:
     (env,) = tasks(path)
     plan = cluster_plan("slurm", env)
-    assert plan.identity.config is None and plan.environ.get("TF_CONFIG") is None
+    assert plan.identity.cluster is None and plan.environ.get("TF_CONFIG") is None
     job = env["SLURM_JOB_ID"]
     assert plan.line() == (
         f"cluster: single node (the batch script or allocation of Slurm job {job}, outside "
@@ -71,7 +71,7 @@ def test_a_chief_and_workers_fill_ranks_in_srun_s_order() -> None:
     found = {}
     recorded = tasks(RECORDED / "srun-N2-n3-cyclic.json")
     for env in recorded:
-        config = cluster_plan("slurm", {**env, "DIST_TASKS": "chief=1,worker=2"}).identity.config
+        config = cluster_plan("slurm", {**env, "DIST_TASKS": "chief=1,worker=2"}).identity.cluster
         found[int(env["SLURM_PROCID"])] = (config.task_type, config.task_index, config.address)
     base = slurm_port(recorded[0])[0]
     assert found == {

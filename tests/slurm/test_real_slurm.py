@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 from support import REPO, scenario_env
-from tfboot.cluster.engines import SLURM_BLOCK, SLURM_PORTS, slurm_port
+from tfboot.cluster.engines import PORT_BLOCK, PORTS
+from tfboot.cluster.engines.slurm import slurm_port
 
 if TYPE_CHECKING:  # the fixture's type; conftest is not a module to import at run time
     from conftest import Slurm
@@ -201,7 +202,7 @@ def test_a_lost_task_ends_the_step_in_seconds_and_is_named(
         named = re.search(r"cluster: SIGTERM: this task is being ended; peers no longer "
                           r"answering: worker 2 at node10:(\d+) \(refused\)", err)  # fmt: skip
         assert named is not None, (err, srun_err)
-        assert (int(named.group(1)) - SLURM_PORTS[0]) % SLURM_BLOCK == 0  # local rank 0: a base
+        assert (int(named.group(1)) - PORTS[0]) % PORT_BLOCK == 0  # local rank 0: a base
 
 
 def test_the_tasks_of_a_step_give_one_used_line_and_every_task_s_record(

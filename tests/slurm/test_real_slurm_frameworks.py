@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 from support import REPO, scenario_env
 from test_real_slurm import srun
-from tfboot.cluster.engines import SLURM_BLOCK, SLURM_PORTS
+from tfboot.cluster.engines import PORT_BLOCK, PORTS
 
 if TYPE_CHECKING:  # the fixture's type; conftest is not a module to import at run time
     from conftest import Slurm
@@ -148,7 +148,7 @@ def test_jax_s_own_slurm_detection_agrees_with_tfboot(slurm: Slurm, tmp_path: Pa
         # the job and the step: a block's base), where JAX alone derives one from the job id.
         assert theirs["coordinator"].rpartition(":")[0] == ours["coordinator"].rpartition(":")[0]
         host, _, port = ours["coordinator"].rpartition(":")
-        assert host == "node9" and (int(port) - SLURM_PORTS[0]) % SLURM_BLOCK == 0
+        assert host == "node9" and (int(port) - PORTS[0]) % PORT_BLOCK == 0
         assert "cluster_detection_method" not in ours["arguments"]  # JAX's local devices
 
 

@@ -127,7 +127,7 @@ def plan(stage: str, budget: Budget, facts: Mapping[str, Any]) -> Plan:
             f"{facts['version']} has no Dataset.{DATA_HOOK}, where tfboot injects them; set "
             "tf.data.Options in the pipeline instead"
         )
-    config = made.cluster.identity.config if made.cluster is not None else None
+    config = made.cluster.identity.cluster if made.cluster is not None else None
     visible = len(made.gpus_visible(made.gpu_count))
     made.warnings += facts["nccl"].warn(why_needed(visible, config.size if config else 0))
     _watch(made, budget)
@@ -324,7 +324,7 @@ def _watch(plan: Plan, budget: Budget) -> None:
     cluster = plan.cluster
     if cluster is None or not cluster.peers:
         return
-    config = cluster.identity.config
+    config = cluster.identity.cluster
     names = config.names if config else {}
     quiet = budget.settings.control.log == "quiet"
     watch = (cluster.peers, cluster.settings.startup_timeout, quiet, names,

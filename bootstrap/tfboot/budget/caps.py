@@ -88,12 +88,13 @@ def _group(mode: str, cluster: ClusterSettings | None, env: Mapping[str, str]) -
     finds, unless it finds none (a single node, a Slurm batch script outside srun)."""
     if mode == "off" or cluster is None:
         return ""
-    from ..cluster.engines import detect, outside_step
+    from ..cluster.engines import BY_NAME, detect
 
-    engine = detect(mode, cluster, env)
-    if engine == "single" or (engine == "slurm" and outside_step(env)):
+    engine = BY_NAME.get(detect(mode, cluster, env))
+    if engine is None or engine.outside(env):
         return ""
-    return f"DISTRIBUTED={mode}" if mode == engine else f"DISTRIBUTED={mode} found {engine}"
+    found = engine.name
+    return f"DISTRIBUTED={mode}" if mode == found else f"DISTRIBUTED={mode} found {found}"
 
 
 def cap_below(share_mib: int, room: Headroom) -> int | None:

@@ -1,13 +1,14 @@
-"""Multi-worker clusters: each task's ``TF_CONFIG``, built or checked at ``import tensorflow``.
+"""Multi-worker clusters: each task's job, built or checked at the framework's import.
 
-Only the variable names live here, so the settings and the ``.env`` reader know them;
-the modules that read them load only when ``DISTRIBUTED`` is not ``off``. The launchers'
-runs are here too (``RUNS``): the usage report groups a job's processes by them whatever
-``DISTRIBUTED`` is, and loads no cluster code for it.
+Only the variable names and the modes live here, so the settings and the ``.env`` reader
+know them; the modules that read them load only when ``DISTRIBUTED`` is not ``off``. The
+modes are the engines' files (``engines/``), listed, not imported. A torchrun's run is
+here too (``TORCHRUN_RUN``); ``engines.runs`` adds it to the engines' own.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,7 +23,10 @@ NAMES = (
     "DIST_STARTUP_TIMEOUT",
     "DIST_TERM_GRACE",
 )
-MODES = ("off", "auto", "k8s", "slurm")
+ENGINES = os.path.join(os.path.dirname(__file__), "engines")
+# off, auto, and one mode per engine: each engine's module is named for its mode
+MODES = ("off", "auto", *sorted(name[:-3] for name in os.listdir(ENGINES)
+                                if name.endswith(".py") and name != "__init__.py"))  # fmt: skip
 # TensorFlow's task types, in the order Slurm ranks fill them.
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
 
@@ -48,6 +52,4 @@ class Run:
         return f"{self.prefix}{'.'.join(values)[:100]}", lead
 
 
-# A Slurm step's tasks (task 0 leads), a torchrun's ranks (rank 0 leads), in that order.
-RUNS = (Run("slurm-", ("SLURM_JOB_ID", "SLURM_STEP_ID"), "SLURM_PROCID"),
-        Run("torchrun-", (TORCHRUN,), "RANK"))  # fmt: skip
+TORCHRUN_RUN = Run("torchrun-", (TORCHRUN,), "RANK")  # a torchrun's ranks (rank 0 leads)

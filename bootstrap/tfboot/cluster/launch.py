@@ -35,11 +35,11 @@ from ..errors import ConfigError, Problem
 from ..provenance import user_value
 from ..values import digits, quote
 from . import TORCHRUN
-from .engines import Identity
+from .engines import Engine, Identity
 from .proxy import proxy_warning
 from .variables import ClusterSettings
 from .watcher import TERM_GRACE_S
-from .world import World, world_of
+from .world import RANKED, World
 
 AGENT = "torchrun's agent"  # the launcher of a Launch made for torchrun itself
 RDZV_CONF = "PET_RDZV_CONF"  # torchrun's --rdzv-conf
@@ -104,11 +104,32 @@ Writer = Callable[[Identity, ClusterSettings, Mapping[str, str], str, Mapping[st
 
 def _given(identity: Identity, settings: ClusterSettings, mode: str) -> tuple[str, str]:
     """The variable that set the task types, and its value, for a refusal."""
-    if "DIST_TASKS" in settings.given:
-        return "DIST_TASKS", settings.given["DIST_TASKS"][0]
-    if identity.engine == "tf_config":
-        return "TF_CONFIG", "(set)"
-    return "DISTRIBUTED", mode
+    return (identity.source or Engine()).given(settings, mode)
+
+
+def world_of(identity: Identity, framework: str, given: tuple[str, str]) -> World:
+    """The ranks of ``identity``'s job (which has one) for ``framework``.
+
+    ``given`` is the variable and value that set the task types, named by the refusal.
+    """
+    job = identity.cluster
+    assert job is not None
+    world = job.ranked()
+    if world is not None:
+        return world
+    others = [kind for kind in job.cluster if kind not in RANKED]
+    kinds = ", ".join(others or [str(job.task_type)])
+    engine = identity.source
+    raise ConfigError(
+        Problem(
+            given[0],
+            given[1],
+            f"{framework} numbers its processes 0 to N-1 and has no {kinds} tasks: "
+            "parameter servers and evaluators are TensorFlow's",
+            engine.fix_types if engine is not None else Engine.fix_types,
+            verdict="cannot be met",
+        )
+    )
 
 
 def _integer(text: str) -> object:
@@ -164,12 +185,12 @@ def agree(
 
 def _why(identity: Identity, world: World) -> str:
     """``rank R of N (engine; type index, index from SOURCE)``."""
-    config = identity.config
-    assert config is not None
+    job = identity.cluster
+    assert job is not None
     index = identity.sources.get("index", "TF_CONFIG")
     return (
-        f"rank {world.rank} of {world.size} ({identity.engine}; {config.task_type} "
-        f"{config.task_index}, index from {index})"
+        f"rank {world.rank} of {world.size} ({identity.engine}; {job.task_type} "
+        f"{job.task_index}, index from {index})"
     )
 
 
@@ -340,8 +361,8 @@ def plan_jax(identity: Identity, settings: ClusterSettings, env: Mapping[str, st
     jax: tuple[int, ...] | None = facts.get("version")
     world = world_of(identity, "JAX", _given(identity, settings, mode))
     launch = Launch("JAX", world)
-    if identity.config is not None:
-        proxy = proxy_warning(env, identity.config.peers, "JAX's coordination service (gRPC)")
+    if identity.cluster is not None:
+        proxy = proxy_warning(env, identity.cluster.peers, "JAX's coordination service (gRPC)")
         launch.warnings += [proxy] if proxy else []
     why = _why(identity, world)
     checks = {
@@ -392,9 +413,15 @@ def plan_jax(identity: Identity, settings: ClusterSettings, env: Mapping[str, st
         )
     if visible is not None:
         launch.arguments["local_device_ids"] = list(visible)
-    elif identity.engine != "slurm" and (jax is None or jax >= DEACTIVATE_FROM):
+    elif not _detects(identity) and (jax is None or jax >= DEACTIVATE_FROM):
         launch.arguments["cluster_detection_method"] = "deactivate"
     return _said(launch, identity)
+
+
+def _detects(identity: Identity) -> bool:
+    """JAX's own cluster detection finds the same job as the engine (Slurm's): left on."""
+    engine = identity.source
+    return engine is not None and engine.jax_detects
 
 
 def refusals(framework: str, settings: ClusterSettings) -> list[tuple[str, str]]:

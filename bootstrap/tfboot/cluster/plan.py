@@ -1,5 +1,5 @@
 """The cluster plan, one for every framework: this task's identity under its engine (who it
-is, the cluster as ``TF_CONFIG`` names it), the framework's values from the writer its
+is, the job as every framework reads it), the framework's values from the writer its
 adapter chose (``Launch``: variables to set, arguments to fill, the world as ranks count it),
 the warnings, the log line. Pure.
 """
@@ -30,14 +30,14 @@ class ClusterPlan:
 
     @property
     def peers(self) -> list[str]:
-        return self.identity.config.peers if self.identity.config is not None else []
+        return self.identity.cluster.peers if self.identity.cluster is not None else []
 
     @property
     def environ(self) -> dict[str, str]:
         """The variables set in this process: the framework's, and ``TASK`` where it takes a
         place in a cluster (torchrun's agent takes none: its workers are the ranks)."""
         found = {} if self.launch is None else dict(self.launch.environ)
-        config = self.identity.config
+        config = self.identity.cluster
         agent = self.launch is not None and self.launch.launcher == AGENT
         if self.pid is not None and config is not None and config.cluster and not agent:
             found[TASK] = str(self.pid)  # its children are no tasks (engines.task_of)
@@ -45,7 +45,7 @@ class ClusterPlan:
 
     def line(self) -> str:
         """The one log line: no cluster and why, else the framework's values with sources."""
-        identity, config = self.identity, self.identity.config
+        identity, config = self.identity, self.identity.cluster
         if identity.engine == "child":
             return f"cluster: none here: {identity.sources['single']}; nothing set or checked"
         if config is None:
@@ -56,7 +56,7 @@ class ClusterPlan:
         return self.launch.text
 
     def to_dict(self) -> dict[str, Any]:
-        config, launch = self.identity.config, self.launch
+        config, launch = self.identity.cluster, self.launch
         return {
             "engine": self.identity.engine,
             "tf_config": None if launch is None else launch.environ.get(VARIABLE),
@@ -91,7 +91,7 @@ def plan_cluster(
     of this task (``pid``: this process, None: not known), then, for a task of a cluster, the
     framework's values from the ``writer`` its adapter chose, given the adapter's ``facts``."""
     cluster = ClusterPlan(identify(mode, settings, env, pid), settings, framework, pid=pid)
-    config = cluster.identity.config
+    config = cluster.identity.cluster
     if config is None or not config.cluster:
         return cluster
     cluster.launch = writer(cluster.identity, settings, env, mode, facts)

@@ -1,4 +1,5 @@
-"""``TF_CONFIG``: build it, and check one tfboot built or found with TensorFlow's own rules.
+"""``TF_CONFIG``: what TensorFlow makes of a job (``to_json``), and the check of one tfboot
+built or found, with TensorFlow's own rules (a job any engine builds is held to them too).
 
 The rules are those of ``multi_worker_util._validate_cluster_spec`` plus what makes a
 cluster hang or fail later: types ``chief``, ``worker``, ``ps``, ``evaluator``; at most one
@@ -11,12 +12,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError, Problem
 from ..values import digits, quote
 from . import TASK_TYPES
+from .world import Cluster
 
 VARIABLE = "TF_CONFIG"
 SHAPE = 'expected JSON such as {"cluster": {"worker": ["w0:2222", "w1:2222"]}, ' + (
@@ -24,46 +25,10 @@ SHAPE = 'expected JSON such as {"cluster": {"worker": ["w0:2222", "w1:2222"]}, '
 )
 
 
-@dataclass(frozen=True)
-class TfConfig:
-    """A checked cluster: type -> addresses, and this task's type and index."""
-
-    cluster: dict[str, list[str]]
-    task_type: str | None
-    task_index: int
-
-    @property
-    def address(self) -> str | None:
-        """This task's own address (None for an evaluator outside the cluster)."""
-        addresses = self.cluster.get(self.task_type or "", [])
-        return addresses[self.task_index] if self.task_index < len(addresses) else None
-
-    @property
-    def peers(self) -> list[str]:
-        """The addresses this task waits for: every chief, worker and ps but its own.
-
-        An evaluator starts no server the others can wait on, and waits for nobody.
-        """
-        if self.task_type == "evaluator":
-            return []
-        own = self.address
-        servers = [a for kind, group in self.cluster.items() if kind != "evaluator" for a in group]
-        return [a for a in servers if a != own]
-
-    @property
-    def names(self) -> dict[str, str]:
-        """Each address -> the task it is, such as ``worker 2``."""
-        return {
-            a: f"{kind} {i}" for kind, group in self.cluster.items() for i, a in enumerate(group)
-        }
-
-    @property
-    def size(self) -> int:
-        return sum(len(a) for a in self.cluster.values())
-
-    def to_json(self) -> str:
-        task: dict[str, Any] = {"type": self.task_type, "index": self.task_index}
-        return json.dumps({"cluster": self.cluster, "task": task}, separators=(",", ":"))
+def to_json(cluster: Cluster) -> str:
+    """``cluster`` as TensorFlow reads it: ``{"cluster": ..., "task": {"type", "index"}}``."""
+    task: dict[str, Any] = {"type": cluster.task_type, "index": cluster.task_index}
+    return json.dumps({"cluster": cluster.cluster, "task": task}, separators=(",", ":"))
 
 
 def check_address(address: Any, port_required: bool = True) -> str | None:
@@ -194,7 +159,7 @@ def _rules(cluster: dict[str, list[Any]], kind: str | None, index: int) -> list[
     return problems
 
 
-def check(text: str, variable: str = VARIABLE) -> TfConfig:
+def check(text: str, variable: str = VARIABLE) -> Cluster:
     """Parse and check a ``TF_CONFIG`` value; every problem in one ``ConfigError``."""
     try:
         data = json.loads(text)
@@ -220,4 +185,12 @@ def check(text: str, variable: str = VARIABLE) -> TfConfig:
     problems += _rules(cluster, kind, index)
     if problems:
         raise ConfigError([Problem(variable, text, p) for p in problems])
-    return TfConfig({k: [str(a) for a in v] for k, v in cluster.items()}, kind, index)
+    return Cluster({k: [str(a) for a in v] for k, v in cluster.items()}, kind, index)
+
+
+def validate(job: Cluster, text: str, variable: str = VARIABLE) -> None:
+    """TensorFlow's rules for ``job`` (written as ``text`` by ``variable``): one chief, the
+    index in range, ``host:port`` addresses, none twice; every problem in one ``ConfigError``."""
+    problems = _rules(job.cluster, job.task_type, job.task_index)
+    if problems:
+        raise ConfigError([Problem(variable, text, p) for p in problems])

@@ -3,8 +3,9 @@ its size checked against one environment string, the local-replica check once Te
 listed its devices, Keras 3's and a proxy's warnings, and its log line.
 
 TensorFlow names each task by its type and index (``TF_CONFIG``), parameter servers and
-evaluators included, so its values carry no ``World``: the cluster is the identity's
-``TfConfig``. Pure apart from reading package metadata (to find Keras 3 without importing it).
+evaluators included, so its values carry no ``World``: ``TF_CONFIG`` is the identity's
+``Cluster`` as TensorFlow reads it. Pure apart from reading package metadata (to find
+Keras 3 without importing it).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from ..errors import ConfigError, Problem
 from .engines import Identity
 from .launch import Launch
 from .proxy import proxy_warning
-from .tfconfig import VARIABLE, TfConfig
+from .tfconfig import VARIABLE, to_json
 from .variables import ClusterSettings
+from .world import Cluster
 
 FRAMEWORK = "TensorFlow"
 REPLICA_TYPES = ("chief", "worker")  # the tasks that hold MultiWorkerMirroredStrategy replicas
@@ -31,11 +33,11 @@ def plan_tensorflow(identity: Identity, settings: ClusterSettings, env: Mapping[
     """TensorFlow's values for ``identity`` (a task of a cluster). ``facts["replicas"]``: its
     local replicas once TensorFlow listed its devices (absent: not checked yet);
     ``facts["cpu_split"]``: the logical CPUs of ``VIRTUAL_SPLIT`` on CPU."""
-    config = identity.config
+    config = identity.cluster
     assert config is not None
     launch = Launch(FRAMEWORK, None)
     if identity.build:
-        launch.environ[VARIABLE] = config.to_json()
+        launch.environ[VARIABLE] = to_json(config)
     _check_size(launch, config, settings, mode)
     replicas: int | None = facts.get("replicas")
     if replicas is not None:
@@ -55,7 +57,7 @@ def plan_tensorflow(identity: Identity, settings: ClusterSettings, env: Mapping[
 
 def _line(launch: Launch, identity: Identity, settings: ClusterSettings) -> str:
     """Task of N, peers, port, replicas per worker, with sources."""
-    config, src = identity.config, identity.sources
+    config, src = identity.cluster, identity.sources
     assert config is not None
     action = "TF_CONFIG built" if identity.build else "TF_CONFIG found, checked"
     if src.get("tf_config") == "inherited":
@@ -84,7 +86,7 @@ def _line(launch: Launch, identity: Identity, settings: ClusterSettings) -> str:
     return "; ".join(parts)
 
 
-def _check_size(launch: Launch, config: TfConfig, settings: ClusterSettings, mode: str) -> None:
+def _check_size(launch: Launch, config: Cluster, settings: ClusterSettings, mode: str) -> None:
     """A built ``TF_CONFIG`` must fit in one environment string, or no child could start."""
     size = len(launch.environ.get(VARIABLE, "").encode())
     if size <= MAX_TF_CONFIG_BYTES:

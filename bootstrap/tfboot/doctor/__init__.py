@@ -132,7 +132,7 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
     visible = (
         len(plan.gpus_visible(gpus)) if plan else gpus
     )  # physical GPUs: NCCL runs between them
-    cluster = result.cluster.identity.config if result.cluster is not None else None
+    cluster = result.cluster.identity.cluster if result.cluster is not None else None
     why = why_needed(visible, cluster.size if cluster else 0)
     report["nccl"] = {"needed": why, **readiness(why).to_dict()}
     intra = _threads(tf, "get_intra_op_parallelism_threads", INTRA_ENV, budget.affinity)

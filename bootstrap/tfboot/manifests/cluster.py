@@ -15,7 +15,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..cluster.engines import detect
+from ..cluster.engines import BY_NAME, Engine, detect
+from ..cluster.engines.k8s import K8S_PORT, Kubernetes
 from ..cluster.variables import ClusterSettings, read_cluster
 from ..errors import ConfigError
 from ..kube.environment import container_env
@@ -23,7 +24,6 @@ from ..kube.report import Report
 from ..kube.workloads import Container, containers, dig, gpu_grant
 from ..settings import parse_variable, resolve
 
-K8S_DEFAULT_PORT = 2222  # DIST_PORT's default under DISTRIBUTED=k8s, as TFJob's
 JOB_DEFAULT_BACKOFF = 6  # the Job API's default backoffLimit
 # An Indexed Job may have at most 100000 completions; no count here is expanded past it.
 MAX_PODS = 100_000
@@ -340,7 +340,7 @@ def _check_replicas(container: Container, env: Mapping[str, str], dist: ClusterS
 
 
 def _check_port(container: Container, dist: ClusterSettings, report: Report) -> None:
-    port = dist.port or K8S_DEFAULT_PORT
+    port = dist.port or K8S_PORT
     ports = [p.get("containerPort") for p in container.spec.get("ports") or [] if p]
     if port not in ports:
         report.add(
@@ -351,14 +351,12 @@ def _check_port(container: Container, dist: ClusterSettings, report: Report) -> 
         )
 
 
-def _engine(container: Container, group: Group, mode: str, env, dist: ClusterSettings) -> str:
+def _engine(group: Group, mode: str, env, dist: ClusterSettings) -> Engine | None:
     """The engine tfboot would pick in these Pods (an Indexed Job sets JOB_COMPLETION_INDEX)."""
-    if mode != "auto":
-        return mode
     runtime = dict(env)
     if not group.needs_index:
         runtime.setdefault("JOB_COMPLETION_INDEX", "0")
-    return detect(mode, dist, runtime)
+    return BY_NAME.get(detect(mode, dist, runtime))
 
 
 def _check_worker(
@@ -371,15 +369,15 @@ def _check_worker(
         return False
     dist = _settings(container, env, report)
     _check_replicas(container, env, dist, report)
-    if mode == "k8s" and env.get("TF_CONFIG", "").strip():
+    if isinstance(BY_NAME.get(mode), Kubernetes) and env.get("TF_CONFIG", "").strip():
         report.add(
             container.where,
             "dist-tf-config",
-            "DISTRIBUTED=k8s builds TF_CONFIG, and the container sets one too: "
+            f"DISTRIBUTED={mode} builds TF_CONFIG, and the container sets one too: "
             "the worker stops at import",
             "remove TF_CONFIG, or set DISTRIBUTED=auto to only check the one given",
         )
-    if _engine(container, group, mode, env, dist) != "k8s":
+    if not isinstance(_engine(group, mode, env, dist), Kubernetes):
         return True
     _check_count(container, groups, dist, report)
     _check_index(container, group, report)

@@ -16,12 +16,11 @@ import os
 import re
 from typing import Any
 
-from ..cluster import RUNS
+from ..cluster.engines import runs
 from .measure import MIB
 
 PACKAGE = "prometheus_client"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
-LAUNCHED = tuple(run.prefix for run in RUNS)  # the runs a launcher names
 MAX_NAME = 200  # of a textfile's name, well inside a file system's 255 bytes
 _QUANTITY = re.compile(r"^([0-9.]+)(m|Mi)?$")
 
@@ -117,7 +116,8 @@ def identity(record: dict[str, Any]) -> dict[str, str]:
         if labels.get(key):
             found[key] = labels[key]
     run = (record.get("run") or {}).get("id")
-    if isinstance(run, str) and run and (run.startswith(LAUNCHED) or "namespace" not in found):
+    launched = tuple(r.prefix for r in runs())  # the runs a launcher names
+    if isinstance(run, str) and run and (run.startswith(launched) or "namespace" not in found):
         found["run"] = run
     return found
 
