@@ -1,19 +1,22 @@
 """docs/architecture.md's "Where to add" recipes, each followed once with a made-up part: a
 device plugin, a framework, a cluster engine. Each part is added the way the recipe says
-(a row in the table it names, or a module of the adapter's shape) and is then read by the
-code that already exists, unchanged: what the recipe promises.
+(a row in the table it names, a module of the adapter's shape, an engine's file) and is
+then read by the code that already exists, unchanged: what the recipe promises.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from support import REPO, last_json, scenario_env
 from tfboot.budget.caps import Headroom, settings_for
-from tfboot.cluster import engines
-from tfboot.cluster.engines import Engine, Identity
-from tfboot.cluster.variables import read_cluster
 from tfboot.errors import ConfigError, Problem
 from tfboot.node import deviceplugin
 from tfboot.node.deviceplugin import Plugin, PluginLimit
@@ -64,29 +67,56 @@ def test_a_made_up_framework_is_its_adapter_s_declarations() -> None:
         settings_for(SimpleNamespace(**{**vars(mxnet), "HEADROOM": None}), env)
 
 
+ENGINE = '''"""Acme: a made-up scheduler that sets ACME_RANK and ACME_SIZE, every rank here."""
+
+from . import Engine, Identity, by_rank, drawn_port
+
+
 class Acme(Engine):
-    """A made-up engine: its scheduler sets ACME_RANK and ACME_PEERS."""
-
     name = "acme"
+    order = 40  # after the others
 
-    def present(self, cluster, env) -> bool:
+    def present(self, cluster, env):
         return "ACME_RANK" in env
 
-    def build(self, cluster, env) -> Identity:
-        return Identity(self.name, None, build=True, sources={"index": "ACME_RANK"})
+    def build(self, cluster, env):
+        size, rank = int(env["ACME_SIZE"]), int(env["ACME_RANK"])
+        base = cluster.port or drawn_port(0)
+        job = by_rank(cluster, [f"127.0.0.1:{base + r}" for r in range(size)], rank, "Acme's rank")
+        sources = {"type": "ACME_RANK", "index": "ACME_RANK", "hosts": "ACME_SIZE"}
+        return Identity(self.name, job, build=True, sources=sources)
+'''
+PROBE = """import json, os
+from tfboot.cluster import MODES
+from tfboot.cluster.engines import detect
+from tfboot.cluster.plan import plan_cluster
+from tfboot.frameworks import ADAPTERS
+from tfboot.settings import resolve
+settings = resolve(dict(os.environ))
+plans = {a.NAME: plan_cluster(a.LAUNCH, a.NAME, settings.distributed, settings.cluster, os.environ,
+                              {"agent": None}) for a in ADAPTERS.values() if a.LAUNCH}
+print(json.dumps({"modes": MODES, "auto": detect("auto", settings.cluster, os.environ),
+                  "set": {n: p.launch.environ for n, p in plans.items()}}))
+"""
 
 
-def test_a_made_up_engine_is_one_class_and_its_row(monkeypatch) -> None:
-    """Recipe: a class with ``present`` and ``build`` and its row in ``ENGINES``.
-    ``DISTRIBUTED=auto`` finds it where it is present, in the table's order, and asks it
-    who this task is; elsewhere the engines before it are unchanged."""
-    acme = Acme()
-    monkeypatch.setattr(engines, "ENGINES", (*engines.ENGINES, acme))
-    monkeypatch.setattr(engines, "BY_NAME", {**engines.BY_NAME, "acme": acme})
-    cluster = read_cluster({}, lambda name, parse, accepted: None)
-    assert engines.detect("auto", cluster, {"ACME_RANK": "1"}) == "acme"
-    assert engines.identify("auto", cluster, {"ACME_RANK": "1"}) == Identity(
-        "acme", None, build=True, sources={"index": "ACME_RANK"}
+@pytest.mark.parametrize("mode", ["acme", "auto"])
+def test_a_made_up_engine_is_one_file(tmp_path: Path, mode: str) -> None:
+    """Recipe: a file in ``cluster/engines/`` named for its mode, in a copy of the package.
+    ``DISTRIBUTED`` takes it as a mode, ``auto`` finds it where it is present, and every
+    framework's writer forms the job from it, with nothing else changed."""
+    shutil.copytree(REPO / "bootstrap" / "tfboot", tmp_path / "tfboot",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    (tmp_path / "tfboot" / "cluster" / "engines" / "acme.py").write_text(ENGINE)
+    env = {"PYTHONPATH": str(tmp_path), "DISTRIBUTED": mode, "ACME_RANK": "1", "ACME_SIZE": "2"}
+    done = subprocess.run([sys.executable, "-c", PROBE], env=scenario_env(env),
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = last_json(done.stdout)
+    assert "acme" in found["modes"] and found["auto"] == "acme"
+    config = json.loads(found["set"]["TensorFlow"]["TF_CONFIG"])
+    assert (
+        config["task"] == {"type": "worker", "index": 1} and len(config["cluster"]["worker"]) == 2
     )
-    assert engines.detect("auto", cluster, {"ACME_RANK": "1", "TF_CONFIG": "{}"}) == "tf_config"
-    assert engines.detect("auto", cluster, {}) == "single"
+    assert found["set"]["PyTorch"]["RANK"] == "1" and found["set"]["PyTorch"]["WORLD_SIZE"] == "2"
+    assert found["set"]["JAX"]["KERAS_DISTRIBUTION_PROCESS_ID"] == "1"
