@@ -27,6 +27,8 @@ install_missing --with-recommends gcc:gcc git:git  # gcc recommends libc6-dev: h
 # A real Slurm for tests/slurm/ (started and stopped by the tests themselves).
 install_missing slurmctld:slurmctld slurmd:slurmd srun:slurm-client munged:munge ip:iproute2 \
     nsenter:util-linux
+# Open MPI's mpirun for tests/cluster/test_mpirun.py.
+install_missing mpirun:openmpi-bin
 # A real Prometheus, Pushgateway and node-exporter for tests/usage/test_prometheus.py (started
 # on loopback by the tests themselves).
 install_missing prometheus:prometheus prometheus-pushgateway:prometheus-pushgateway \

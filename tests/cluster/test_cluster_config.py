@@ -355,7 +355,7 @@ class TestAuto:
 
     def test_distributed_is_validated_with_the_contract(self) -> None:
         assert resolve({}).distributed == "off"
-        with pytest.raises(ConfigError, match=r"DISTRIBUTED='yes'.*off, auto, k8s, slurm"):
+        with pytest.raises(ConfigError, match=r"DISTRIBUTED='yes'.*off, auto, k8s, mpirun, slurm"):
             resolve({"DISTRIBUTED": "yes"})
 
     def test_dist_variables_from_the_env_file(self, tmp_path) -> None:
