@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import ON_THIS_HOST, ConfigError, Problem
-from ..node.deviceplugin import mig_instances
+from ..node.visible import mig_instances
 from ..settings import GPU_SETTINGS, Settings, split_count, split_fit, split_shown
 
 
