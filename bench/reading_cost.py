@@ -18,7 +18,7 @@ import argparse
 import time
 from collections.abc import Callable
 
-from tfboot.budget.malloc import KEPT_EVERY_S, SLOW_S
+from tfboot.budget.hostpolicy import KEPT_EVERY_S, SLOW_S
 from tfboot.executor.follow import FOLLOW_S
 from tfboot.executor.governor import Glibc
 from tfboot.node.cgroup import cpu_quota, memory_limit

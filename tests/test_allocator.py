@@ -19,7 +19,8 @@ import pytest
 from support import decision, problem_text, run_python, tf_plan
 from tfboot import resolve
 from tfboot.budget.hostmemory import host_memory
-from tfboot.budget.malloc import HOLD_AT, KEEP, TRIM_AT, release
+from tfboot.budget.hostpolicy import HOLD_AT, KEEP, TRIM_AT
+from tfboot.budget.malloc import release
 from tfboot.node.allocator import Allocator, read_allocator
 from tfboot.node.cpu import CpuBudget
 from tfboot.node.hostmem import MemoryBudget

@@ -20,19 +20,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from tfboot.budget.malloc import (
-    CALM_S,
-    FAST_S,
-    HOLD_AT,
-    KEEP,
-    LIVE_AT,
-    RATE,
-    SLOW_S,
-    STEP,
-    TRIM_AT,
-    Levels,
-    Watch,
-)  # fmt: skip
+from tfboot.budget.hostpolicy import CALM_S, FAST_S, HOLD_AT, RATE, SLOW_S, STEP, Levels
+from tfboot.budget.malloc import Watch
 from tfboot.executor.governor import Governor, acted
 from tfboot.node.livelimits import LimitFiles
 from tfboot.node.workingset import ProcessTree, WorkingSet, reader, working_set_now
@@ -287,14 +276,6 @@ def test_what_glibc_keeps_below_a_live_block_is_bounded(tree: Path) -> None:
     libc.free(blocks[-1])
 
 
-def test_what_is_kept_is_a_share_of_the_limit_under_five_percent() -> None:
-    assert KEEP < 0.05
-    assert Levels.of(600 * MIB).keep == int(600 * MIB * KEEP)
-    assert Levels.of(16 << 20).keep == 1 << 20  # at least a MiB
-    assert Levels.of(64 << 40).keep == 1 << 30  # never past what mallopt takes
-    assert Levels.of(None).trim_at > 1 << 60  # no limit: nothing is ever short
-
-
 def test_a_figure_watches_this_process_and_its_children() -> None:
     tree = ProcessTree()
     alone = tree.read() or 0
@@ -328,9 +309,3 @@ def test_the_limits_watched_are_kept_within_bounds(tree: Path) -> None:
     resize(tree, "max")
     found.step(200.0)
     assert acted(found.stats()).endswith("-> 699 MiB -> no limit)")
-
-
-def test_the_levels_are_ordered() -> None:
-    """tf.data's buffers and transients stay under the first level, the levels under the
-    limit, and what is kept under the 5% a job without tfboot has to spare."""
-    assert LIVE_AT < TRIM_AT < HOLD_AT < 1 - 0.05 and KEEP < 0.05

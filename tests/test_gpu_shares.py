@@ -170,6 +170,40 @@ def test_cuda_visible_devices_decides_over_the_runtimes_list() -> None:
     assert plan_with(env).warnings == []
 
 
+@pytest.mark.parametrize(
+    ("env", "cuda", "slices", "count"),
+    [
+        ({}, ["0", "1"], [], None),
+        ({"CUDA_VISIBLE_DEVICES": ""}, [], [], None),  # CUDA lists nothing; else unset
+        ({"CUDA_VISIBLE_DEVICES": "1, 7,0"}, ["1"], [], 3),  # CUDA stops at GPU 7 of 2
+        ({"CUDA_VISIBLE_DEVICES": "0,,1"}, ["0"], [], 2),
+        ({"CUDA_VISIBLE_DEVICES": "-1"}, [], [], 1),
+        ({"CUDA_VISIBLE_DEVICES": MIG_A, "NVIDIA_VISIBLE_DEVICES": f"{MIG_A},{MIG_B}"},
+         [MIG_A], [MIG_A], 1),
+        ({"NVIDIA_VISIBLE_DEVICES": f" {MIG_A} , {MIG_B} "}, ["0", "1"], [MIG_A, MIG_B], 2),
+        ({"CUDA_VISIBLE_DEVICES": "all", "NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b"}, None, [], 2),
+        ({"NVIDIA_VISIBLE_DEVICES": "VOID"}, ["0", "1"], [], None),
+        ({"NVIDIA_VISIBLE_DEVICES": "none", "CUDA_VISIBLE_DEVICES": " "}, [], [], None),
+    ],
+)  # fmt: skip
+def test_one_parse_of_the_visible_devices_gives_each_reader_its_own(
+    env: dict[str, str], cuda: list[str] | None, slices: list[str], count: int | None
+) -> None:
+    """``node.visible``: what CUDA lists on a host of 2 GPUs (``node.cuda``: a blank value
+    lists nothing, CUDA stops at an entry it cannot use), the MIG slices the deciding
+    variable names (``budget.gpus``' warning), and how many devices the container sees
+    (``budget.caps``: NCCL's headroom; a blank value is unset, a word looks past itself)."""
+    from tfboot.budget.caps import several_gpus
+    from tfboot.node.cuda import cuda_devices
+    from tfboot.node.visible import mig_instances, visible_count
+
+    if cuda is not None:
+        assert cuda_devices(env, 2) == (cuda, False)
+    assert mig_instances(env) == slices
+    assert visible_count(env) == count
+    assert several_gpus(env) == (count is not None and count > 1)
+
+
 # The headroom a share keeps free beside the framework's pool, per framework (its adapter's
 # HEADROOM, budget.caps).
 HAMI = "CUDA_DEVICE_MEMORY_LIMIT"

@@ -99,6 +99,44 @@ def test_split_count_larger_than_cap_is_an_error() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("split", "cap", "gpu", "sizes", "said"),
+    [
+        (2, 6145, None, (3072, 3072), ""),
+        (2, 6145, 0, (3072, 3072), ""),
+        ((256, 768), None, 0, (256, 768), ""),
+        ((256, 768), 1024, 1, (256, 768), ""),
+        (1, None, 0, (), ""),
+        (2, None, None, (), ""),  # judged per GPU, once a GPU is listed
+        (2, None, 1, (), "splitting GPU:1 into 2 logical GPUs needs a memory cap"),
+        ((2048, 2048, 1024), 4096, None, (),
+         "the sizes add up to 5120 MiB, more than the cap of 4096 MiB (MEMORY_LIMIT_MB); "
+         "make the sizes fit the cap"),
+        ((1024, 1024), 1536, 1, (), "the sizes add up to 2048 MiB, more than GPU:1's cap of 1536"),
+        (4, 3, None, (), "4 logical GPUs cannot share a cap of 3 MiB"),
+        (4, 3, 2, (), "4 logical GPUs cannot share GPU:2's cap of 3 MiB"),
+    ],
+)  # fmt: skip
+def test_one_rule_fits_a_split_to_a_cap(split, cap, gpu, sizes, said) -> None:
+    """``split_fit``: what the contract checks against ``MEMORY_LIMIT_MB`` (and a share's
+    caps) and what each GPU's plan divides, one rule."""
+    from tfboot.settings import split_fit
+
+    found, problem = split_fit(split, cap, "given", gpu)
+    assert found == sizes
+    assert (problem is None) == (not said)
+    if problem is not None:
+        assert said in str(problem) and str(problem).startswith("VIRTUAL_SPLIT='given'")
+        assert ("cannot be applied on this host" in str(problem)) == (cap is None)
+
+
+def test_a_split_counts_its_logical_devices() -> None:
+    from tfboot.settings import split_count, split_shown
+
+    assert [split_count(s) for s in (1, 3, (512,), (256, 768))] == [1, 3, 1, 2]
+    assert [split_shown(s) for s in (3, (256, 768))] == ["3", "256,768"]
+
+
 def test_growth_contradicting_tf_force_gpu_allow_growth() -> None:
     text = problem_text({"MEMORY_GROWTH": "false", "TF_FORCE_GPU_ALLOW_GROWTH": "true"})
     assert "TF_FORCE_GPU_ALLOW_GROWTH" in text

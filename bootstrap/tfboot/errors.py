@@ -8,6 +8,7 @@ from .values import digits, shorten
 
 AUTO_WITHOUT_SHARE = "auto-without-share"  # MEMORY_LIMIT_MB=auto and no share found
 SHARE_BELOW_ROOM = "share-below-headroom"  # a share at or below the framework's headroom
+ON_THIS_HOST = "cannot be applied on this host"  # the verdict of a valid value this host refuses
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .cluster import MODES, NAMES
-from .errors import AUTO_WITHOUT_SHARE, ConfigError, Problem, bounded
+from .errors import AUTO_WITHOUT_SHARE, ON_THIS_HOST, ConfigError, Problem, bounded
 from .node.deviceplugin import PluginLimit, auto_without_share, read_plugin_limit
 from .node.hostmem import MAX_POD_MIB, POD_MEMORY_VARIABLE
 from .provenance import user_value
@@ -501,30 +501,65 @@ def resolve(
     )
 
 
+def split_shown(split: Split) -> str:
+    """``VIRTUAL_SPLIT``'s value as parsed, as a message quotes it: ``2`` or ``2048,2048``."""
+    return ",".join(map(str, split)) if isinstance(split, tuple) else str(split)
+
+
+def split_count(split: Split) -> int:
+    """The logical devices ``VIRTUAL_SPLIT`` makes of each GPU (or of CPU:0 without one)."""
+    return len(split) if isinstance(split, tuple) else split
+
+
+def split_fit(split: Split, cap: int | None, value: str,
+              gpu: int | None = None) -> tuple[tuple[int, ...], Problem | None]:  # fmt: skip
+    """The one rule of ``VIRTUAL_SPLIT``: the logical devices' MiB sizes ``split`` (given as
+    ``value``) makes of a cap of ``cap`` MiB (None: no cap), and the problem where it cannot:
+    sizes that add up to more than the cap, more logical GPUs than MiB to share, or a count
+    with no cap to divide.
+
+    ``gpu``: the GPU whose cap it is, as a plan judges each GPU it lists; None: the caps
+    ``MEMORY_LIMIT_MB`` gives, judged before any GPU is listed (``split_problems``), where a
+    count without a cap is no problem yet (a host without GPUs needs none).
+    """
+    if isinstance(split, tuple):
+        if cap is None or sum(split) <= cap:
+            return split, None
+        whose, hint = f"GPU:{gpu}'s cap of {cap} MiB", ""
+        if gpu is None:
+            whose = f"the cap of {cap} MiB (MEMORY_LIMIT_MB)"
+            hint = "make the sizes fit the cap, or raise MEMORY_LIMIT_MB"
+        added = f"the sizes add up to {sum(split)} MiB, more than {whose}"
+        return (), Problem("VIRTUAL_SPLIT", value, added, hint)
+    if cap is None:
+        if split == 1 or gpu is None:
+            return (), None
+        return (), Problem(
+            "VIRTUAL_SPLIT",
+            value,
+            f"splitting GPU:{gpu} into {split} logical GPUs needs a memory cap "
+            "to divide, and MEMORY_LIMIT_MB is not set",
+            f"set MEMORY_LIMIT_MB (each logical GPU gets MEMORY_LIMIT_MB // {split}), "
+            "MEMORY_LIMIT_MB=auto under a GPU-sharing plugin, or give sizes such as "
+            "VIRTUAL_SPLIT=2048,2048",
+            verdict=ON_THIS_HOST,
+        )
+    if cap < split:
+        whose = "a cap" if gpu is None else f"GPU:{gpu}'s cap"
+        return (), Problem(
+            "VIRTUAL_SPLIT", value, f"{split} logical GPUs cannot share {whose} of {cap} MiB"
+        )
+    return (cap // split,) * split, None
+
+
 def split_problems(split: Split, caps: Collection[int | None]) -> list[Problem]:
-    """``VIRTUAL_SPLIT`` against the smallest of ``caps`` (None: no cap there)."""
+    """``VIRTUAL_SPLIT`` against the smallest of ``caps`` (None: no cap there), by
+    ``split_fit``, as the contract is read."""
     known = [c for c in caps if isinstance(c, int)]
     if not known:
         return []
-    if isinstance(split, tuple) and sum(split) > min(known):
-        return [
-            Problem(
-                "VIRTUAL_SPLIT",
-                ",".join(map(str, split)),
-                f"the sizes add up to {sum(split)} MiB, more than the cap of {min(known)} MiB "
-                "(MEMORY_LIMIT_MB)",
-                "make the sizes fit the cap, or raise MEMORY_LIMIT_MB",
-            )
-        ]
-    if isinstance(split, int) and min(known) < split:
-        return [
-            Problem(
-                "VIRTUAL_SPLIT",
-                str(split),
-                f"{split} logical GPUs cannot share a cap of {min(known)} MiB",
-            )
-        ]
-    return []
+    problem = split_fit(split, min(known), split_shown(split))[1]
+    return [problem] if problem is not None else []
 
 
 def _cross_checks(

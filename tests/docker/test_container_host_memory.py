@@ -71,7 +71,7 @@ def test_docker_default_shm_gets_the_nccl_warning(tf_image: str) -> None:
     assert found["shm_mib"] == 1024 and not any("shm" in w for w in found["warnings"])
 
 
-# Held for free (budget.malloc, executor.governor). Where the working set stays well below
+# Held for free (budget.hostpolicy, executor.governor). Where the working set stays well below
 # the limit, tfboot costs nothing: NumPy temporaries in a 2 GiB container fault no more pages
 # with tfboot on than off (a fixed mmap threshold faulted every array afresh: 256 faults a
 # MiB), and the governor did nothing but keep freed memory. Counted, never timed. Several

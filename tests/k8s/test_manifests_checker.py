@@ -196,3 +196,22 @@ def test_cli_subcommand_reads_a_kustomize_pipe(kubectl: str) -> None:
     )  # fmt: skip
     assert proc.returncode == 1
     assert "error privileged:" in proc.stdout
+
+
+def test_a_split_given_as_sizes_counts_its_logical_gpus_as_replicas() -> None:
+    """DIST_REPLICAS_PER_WORKER against nvidia.com/gpu x VIRTUAL_SPLIT, where the split is
+    given as sizes: two sizes are two logical GPUs (``settings.split_count``)."""
+    text = (BROKEN / "dist-replicas.yaml").read_text()
+    text = text.replace(
+        'limits: {cpu: "2", memory: 4Gi}', 'limits: {cpu: "2", memory: 4Gi, nvidia.com/gpu: 1}'
+    )
+    split = ('- {name: VIRTUAL_SPLIT, value: "1024,1024"}\n'
+             '            - {name: MEMORY_LIMIT_MB, value: "4096"}\n'
+             "            - {name: DIST_REPLICAS_PER_WORKER")  # fmt: skip
+    text = text.replace("- {name: DIST_REPLICAS_PER_WORKER", split)
+    assert "dist-replicas" not in {f.rule for f in findings(text).findings}
+    three = text.replace(
+        'DIST_REPLICAS_PER_WORKER, value: "2"', 'DIST_REPLICAS_PER_WORKER, value: "3"'
+    )
+    said = [f.message for f in findings(three).findings if f.rule == "dist-replicas"]
+    assert len(said) == 1 and "1 GPU(s) x VIRTUAL_SPLIT=1024,1024 (2 logical GPUs)" in said[0]

@@ -17,9 +17,10 @@ from ..budget import Budget
 from ..budget.caps import Headroom
 from ..budget.gpus import cpu_split, gpu_required, mig_warning, split_sizes, unused_on_cpu
 from ..budget.hostmemory import for_tensorflow, share_of
+from ..budget.hostpolicy import PINNED_SHARE
 from ..budget.roles import LOADER, NAMES, Role, tensorflow_role
 from ..errors import Problem
-from ..node.hostmem import PINNED_ENV, PINNED_SHARE
+from ..node.hostmem import PINNED_ENV
 from ..node.nccl import measure, why_needed
 from ..node.versions import TENSORFLOW, parse
 from ..node.xla import Toolchain, pip_toolchain, plan_toolchain

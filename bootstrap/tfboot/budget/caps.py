@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SHARE_BELOW_ROOM, ConfigError, Problem
+from ..node.visible import visible_count
 from ..settings import HEADROOM, Settings, resolve, split_problems
 
 if TYPE_CHECKING:
     from ..cluster.variables import ClusterSettings
 
 NCCL_MIB = 1024
-VISIBLE = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 
 
 @dataclass(frozen=True)
@@ -46,11 +46,8 @@ class Headroom:
 def several_gpus(env: Mapping[str, str], shares: int = 0) -> bool:
     """True when the container sees more than one GPU: ``CUDA_VISIBLE_DEVICES`` (else the
     NVIDIA runtime's ``NVIDIA_VISIBLE_DEVICES``) lists several, or a share names several."""
-    for name in VISIBLE:
-        value = env.get(name, "").strip()
-        if value and value.lower() not in ("all", "none", "void"):
-            return len([part for part in value.split(",") if part.strip()]) > 1 or shares > 1
-    return shares > 1
+    count = visible_count(env)
+    return (count is not None and count > 1) or shares > 1
 
 
 def with_nccl(declared: Headroom, nccl: str) -> Headroom:

@@ -9,11 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..errors import ConfigError, Problem
-from ..node.deviceplugin import mig_instances
-from ..settings import GPU_SETTINGS, Settings
-
-ON_THIS_HOST = "cannot be applied on this host"
+from ..errors import ON_THIS_HOST, ConfigError, Problem
+from ..node.visible import mig_instances
+from ..settings import GPU_SETTINGS, Settings, split_count, split_fit, split_shown
 
 
 @dataclass(frozen=True)
@@ -53,41 +51,19 @@ def gpu_budget(settings: Settings, count: int, lists: str) -> Gpus:
 
 
 def split_sizes(settings: Settings, index: int, cap: int | None) -> tuple[int, ...]:
-    """The logical devices' sizes on GPU ``index`` (``VIRTUAL_SPLIT`` over its cap)."""
+    """The logical devices' sizes on GPU ``index`` (``VIRTUAL_SPLIT`` over its cap, by
+    ``settings.split_fit``)."""
     split = settings.virtual_split
-    if isinstance(split, tuple):
-        if cap is not None and sum(split) > cap:
-            raise ConfigError(
-                Problem(
-                    "VIRTUAL_SPLIT",
-                    settings.given["VIRTUAL_SPLIT"][0],
-                    f"the sizes add up to {sum(split)} MiB, "
-                    f"more than GPU:{index}'s cap of {cap} MiB",
-                )
-            )
-        return split
-    if split > 1:
-        if cap is None:
-            raise ConfigError(
-                Problem(
-                    "VIRTUAL_SPLIT",
-                    settings.given["VIRTUAL_SPLIT"][0],
-                    f"splitting GPU:{index} into {split} logical GPUs needs a memory cap "
-                    "to divide, and MEMORY_LIMIT_MB is not set",
-                    f"set MEMORY_LIMIT_MB (each logical GPU gets MEMORY_LIMIT_MB // {split}), "
-                    "MEMORY_LIMIT_MB=auto under a GPU-sharing plugin, or give sizes such as "
-                    "VIRTUAL_SPLIT=2048,2048",
-                    verdict=ON_THIS_HOST,
-                )
-            )
-        return (cap // split,) * split
-    return (cap,) if cap is not None else ()
+    value = settings.given.get("VIRTUAL_SPLIT", (split_shown(split), ""))[0]
+    sizes, problem = split_fit(split, cap, value, index)
+    if problem is not None:
+        raise ConfigError(problem)
+    return sizes
 
 
 def cpu_split(settings: Settings) -> int:
     """Logical CPUs ``VIRTUAL_SPLIT`` asks for on a host without GPUs (1: no split)."""
-    split = settings.virtual_split
-    return len(split) if isinstance(split, tuple) else split
+    return split_count(settings.virtual_split)
 
 
 def gpu_required(settings: Settings, hidden: bool, none_found: str) -> ConfigError:

@@ -1,17 +1,10 @@
 """The host-memory budget behind ``HOST_MEMORY_LIMIT_MB``: the limit in force, tf.data's
 autotune defaults and the pinned host memory, each with its reason.
 
-tf.data's RAM budget is measured, not a fixed share: the room between the working set and
-``LIVE_AT`` of the limit, divided by ``TRANSIENT``. The autotuner bounds only the bytes its
-buffers hold; the elements being made, the batches being assembled and what the allocator
-keeps of them come on top, measured at two to three times the budget (24 MiB elements
-under a 175 MiB budget added 373 MiB to the working set, docs/host-memory.md). So the
-pipeline's whole share stays near ``LIVE_AT`` of the limit, below the governor's levels
-(``budget.malloc`` holds them all, ``LIVE_AT`` included: one policy). The working set
-is read when the framework is imported, and again as each pipeline starts
-(``executor.tfdata``), so a pipeline made after the model was built, or beside another
-pipeline, gets the room left then. Never less than ``FLOOR_SHARE`` of the limit: a pipeline
-always runs.
+tf.data's RAM budget is measured, not a fixed share (``budget.hostpolicy.ram_budget``, beside
+the governor's levels: one policy). The working set is read when the framework is
+imported, and again as each pipeline starts (``executor.tfdata``), so a pipeline made
+after the model was built, or beside another pipeline, gets the room left then.
 """
 
 from __future__ import annotations
@@ -19,23 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..node.cpu import CpuBudget
-from ..node.hostmem import PINNED_SHARE, MemoryBudget
+from ..node.hostmem import MemoryBudget
 from ..node.versions import shown
 from ..settings import Settings
-from .malloc import LIVE_AT
+from .hostpolicy import LIVE_AT, pinned_mib, ram_budget
 
 TF_INITIAL_PARALLELISM = 16  # tf.data's initial parallelism per autotuned transformation
 # tf.data's AutotuneOptions.initial_parallelism exists from TensorFlow 2.17
 # (tensorflow/python/data/ops/options.py); before, there is no such option to set.
 INITIAL_PARALLELISM_FROM = (2, 17)
-TRANSIENT = 3  # the working set a pipeline adds, against the bytes its buffers hold
-FLOOR_SHARE = 32  # the least RAM budget: a 32nd of the limit
-
-
-def ram_budget(limit_mib: int, working_mib: int | None) -> int:
-    """tf.data's RAM budget in MiB under ``limit_mib`` with ``working_mib`` in use now."""
-    room = int(limit_mib * LIVE_AT) - (working_mib or 0)
-    return max(1, limit_mib // FLOOR_SHARE, room // TRANSIENT)
 
 
 @dataclass(frozen=True)
@@ -81,7 +66,7 @@ class HostMemory:
     @property
     def pinned_mib(self) -> int | None:
         """The pinned host memory a GPU may take: a share of the limit (None: no limit)."""
-        return None if self.limit_mib is None else max(1, self.limit_mib // PINNED_SHARE)
+        return None if self.limit_mib is None else pinned_mib(self.limit_mib)
 
 
 def host_memory(settings: Settings, cpu: CpuBudget, memory: MemoryBudget) -> HostMemory:

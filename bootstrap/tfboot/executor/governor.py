@@ -1,8 +1,9 @@
 """The host-memory governor: freed memory kept while it is plentiful, given back when it is short.
 
 One daemon thread per process (``tfboot-memory``) reads the limit in force
-(``node.memorylimit``) and the working set (``node.workingset``) against the levels of
-``budget.malloc.Levels`` and acts through glibc, by ``ctypes``:
+(``node.livelimits``) and the working set (``node.workingset``) against the levels of
+``budget.hostpolicy.Levels``, which decides when to act and how much (this module is the
+mechanism: the thread, its readings, glibc's calls), and acts through glibc, by ``ctypes``:
 
 - as it starts, glibc's thresholds are set to keep freed memory for reuse (``keep``: the
   mmap threshold where glibc's own adjustment ends, the trim threshold ``levels.keep``,
@@ -46,29 +47,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..budget.malloc import (
+from ..budget.hostpolicy import (
     CALM_S,
-    FAST_S,
-    HELD_STEP,
     KEEP,
     KEEP_MMAP,
     KEPT_EVERY_S,
-    LOOSE_TRIM,
-    M_MMAP_THRESHOLD,
-    M_TRIM_THRESHOLD,
     MMAP_THRESHOLD,
-    RATE,
-    RETRIM_S,
     SLOW_S,
-    STEP,
     Levels,
-    Watch,
 )
+from ..budget.malloc import Watch
 from ..node.cpu import cgroup_root
 from ..node.livelimits import LimitFiles
 from ..node.shm import read_shm
 from ..node.workingset import PAGE, Reading, reader, resident
 
+M_TRIM_THRESHOLD = -1  # malloc.h
+M_MMAP_THRESHOLD = -3  # malloc.h
 WATCHED = 32  # the limits the record keeps: the first and the latest
 MIB = 1 << 20
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
@@ -162,8 +157,9 @@ class Governor:
         if pressure >= levels.trim_at:
             self.calm_since = None
             self._shorten()
-            if pressure >= levels.hold_at and self.held_since is None:
-                if found.heap >= levels.trim_at:
+            hold = levels.hold(pressure, found.heap)
+            if hold is not None and self.held_since is None:
+                if hold:
                     self._hold(now, found)
                 elif not self.declining:  # said once a crossing
                     self.declined, self.declining = self.declined + 1, True
@@ -171,11 +167,9 @@ class Governor:
             if pressure >= self.mark:
                 self._give_back(now)
                 self._note(found, "trim")
-                share = HELD_STEP if self.held_since is not None else STEP
                 again = self.reader.split()
-                self.mark = max(levels.trim_at, again.pressure if again else pressure) + int(
-                    levels.limit * share
-                )
+                self.mark = levels.next_trim(again.pressure if again else pressure,
+                                             self.held_since is not None)  # fmt: skip
         else:
             self.mark = levels.trim_at
             if self.short or self.held_since is not None:
@@ -185,8 +179,7 @@ class Governor:
                     self._loosen(now)
         if pressure < levels.hold_at:
             self.declining = False
-        room = levels.hold_at - pressure
-        return FAST_S if room <= 0 else min(SLOW_S, max(FAST_S, room / RATE))
+        return levels.pause(pressure)
 
     def _follow(self, now: float) -> None:
         """The limit in force: a change moves every level and bounds what is kept at once."""
@@ -218,19 +211,16 @@ class Governor:
         if kept is None:
             return
         self.kept_most = max(self.kept_most, kept)
-        keep = self.levels.keep
-        if kept <= keep:
-            self.kept_mark = keep
-        elif kept >= self.kept_mark or now - self.trimmed_at >= RETRIM_S:
+        levels = self.levels
+        if kept <= levels.keep:
+            self.kept_mark = levels.keep
+        elif levels.bounding(kept, self.kept_mark, now - self.trimmed_at):
             self._give_back(now, bounding=True)
-            # What glibc holds free after a trim is mostly pages it gave back: a trim again
-            # once it holds ``keep`` more, or after ``RETRIM_S``.
-            self.kept_mark = (self.glibc.free() or 0) + keep
+            self.kept_mark = levels.rebound(self.glibc.free() or 0)
 
     def _shorten(self) -> None:
         if not self.short:
-            self.short = bool(self.glibc.mallopt(M_TRIM_THRESHOLD,
-                                                 min(LOOSE_TRIM, self.levels.keep)))  # fmt: skip
+            self.short = bool(self.glibc.mallopt(M_TRIM_THRESHOLD, self.levels.short_trim))
 
     def _hold(self, now: float, found: Reading) -> None:
         if self.glibc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD):

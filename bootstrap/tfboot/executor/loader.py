@@ -1,6 +1,8 @@
 """PyTorch's DataLoader under the container's budget: its workers against the CPU quota, its
 batches against ``/dev/shm``, said before they break, and a full ``/dev/shm`` named with its
-fix for the engine the job runs on.
+fix for the engine the job runs on. What a loader needs and what is said are
+``budget.dataloader``'s (pure); this module wraps PyTorch, reads the quota, ``/dev/shm`` and
+the memory limit as they are, and words the fix for the engine.
 
 Nothing the program passed is changed; every wrapper calls PyTorch's own code with the
 same arguments and returns what it returns, and an error of it (the program's dataset or
@@ -40,22 +42,20 @@ collate function, in a worker or not) goes on with the frames it has without tfb
 from __future__ import annotations
 
 import functools
-import math
 import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from ..budget.dataloader import PREFETCH, Batches, full_error, full_give, judge, over_quota
 from ..frames import hidden
 from ..node.cpu import cpu_budget
 from ..node.hostmem import memory_budget
-from ..node.shm import MIB, PATH, give_more, in_docker, read_shm, used_bytes
+from ..node.shm import give_more, in_docker, read_shm, used_bytes
 from .result import emit
 from .wrapping import replace
 
-PREFETCH = 2  # PyTorch's default prefetch_factor with workers
-ROUND_MIB = 64  # a suggested size is a multiple of this
 FULL = ("No space left on device", "unable to write to file", "unable to allocate shared memory")
 # The loader whose workers started last in this process: num_workers and prefetch_factor
 # (a forked worker inherits it; a spawned one takes PyTorch's default prefetch).
@@ -104,12 +104,9 @@ def _starting(original: Callable[..., Any], quota: float | None, source: str,
     def init(self: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
         workers = int(loader.num_workers)
         _loader.update(workers=workers, prefetch=int(loader.prefetch_factor or PREFETCH))
-        now, where = _quota_now(quota, source)
-        if now is not None and workers + 1 > now:
-            fits = max(1, math.floor(now) - 1)
-            _once(f"cpu {now:g}", quiet, f"DataLoader: num_workers={workers} and the main "
-                  f"process are {workers + 1} processes on a CPU quota of {now:g} ({where}): "
-                  f"they take turns on it; num_workers={fits} fits it (kept as given)")  # fmt: skip
+        verdict = over_quota(workers, *_quota_now(quota, source))
+        if verdict is not None:
+            _once(verdict.key, quiet, verdict.said())
         with hidden:
             original(self, loader, *args, **kwargs)
 
@@ -142,26 +139,13 @@ def _first_batch(original: Callable[..., Any], quiet: bool) -> Callable[..., Any
 
 def _judge(workers: int, prefetch: int, size: int, quiet: bool) -> None:
     """What ``workers`` with ``prefetch`` batches of ``size`` bytes each hold in ``/dev/shm``,
-    against its size and, as its pages count there, against the memory limit."""
-    need = (workers * prefetch + 1) * size
-    holds = (f"DataLoader: its {workers} worker(s) hold up to {workers} x prefetch_factor "
-             f"{prefetch} batches of {_mib(size)} MiB in {PATH}, {_mib(need)} MiB with the one "
-             "in use")  # fmt: skip
-    shm = read_shm()
-    smaller = "; or fewer workers, a lower prefetch_factor or a smaller batch"
-    if shm.size_mib is not None and need > shm.size_mib * MIB:
-        fix = _fix(_suggested(need))
-        _once(f"shm {shm.size_mib}", quiet, f"{holds}, but {shm.describe()}: {fix}{smaller}")
-        return
+    against its size and the memory limit as they are now (``budget.dataloader.judge``)."""
     memory = memory_budget(working=True)
-    if memory.limit_mib is None or memory.working_mib is None:
-        return
-    if need // MIB + memory.working_mib > memory.limit_mib:
-        _once(f"memory {memory.limit_mib}", quiet,
-              f"{holds}, and its pages count against the memory limit of {memory.limit_mib} "
-              f"MiB, of which {memory.working_mib} MiB are in use: the OOM killer would end a "
-              f"worker; raise the memory limit by {_suggested(need)} MiB with {PATH}'s size"
-              f"{smaller}")  # fmt: skip
+    verdict = judge(Batches(workers, prefetch, size), read_shm(), memory.limit_mib,
+                    memory.working_mib)  # fmt: skip
+    if verdict is not None:
+        fix = "" if verdict.give_mib is None else _fix(verdict.give_mib)
+        _once(verdict.key, quiet, verdict.said(fix))
 
 
 def _bus_error(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -242,37 +226,16 @@ def _unsent(queue: Any, default: Callable[[BaseException, object], None],
 
 
 def _full_text(size: int | None, workers: int, prefetch: int, sending: bool = False) -> str:
-    """The error for a full ``/dev/shm``: what was needed, what it has, the fix. ``size``:
-    the allocation that failed (None: a worker died of SIGBUS: twice the size, to start);
-    ``sending``: a batch of ``size`` bytes could not be moved there to be sent to the main
-    process."""
+    """The error for a full ``/dev/shm`` as it is now (``budget.dataloader.full_error``), with
+    the fix for the engine."""
     shm = read_shm()
-    held = f"a DataLoader's {workers} worker(s) hold up to {workers} x prefetch_factor " \
-        f"{prefetch} batches there"  # fmt: skip
-    if sending:
-        what = f"a batch{f' of {_mib(size)} MiB' if size else ''} could not be sent to the " \
-            "main process"  # fmt: skip
-    elif size:
-        what = f"{_mib(size)} MiB more for a batch"
-    else:
-        what = "a worker died of SIGBUS writing a batch"
-    mib = _suggested((workers * prefetch + 2) * size) if size else 2 * (shm.size_mib or ROUND_MIB)
-    return (f"tfboot: {PATH} is full: {what}, but {shm.describe()}; {held}; give it at least "
-            f"{mib} MiB: {_fix(mib)}; or use fewer workers, a lower prefetch_factor or a "
-            "smaller batch")  # fmt: skip
+    fix = _fix(full_give(workers, prefetch, size, shm.size_mib))
+    return full_error(workers, prefetch, size, shm, fix, sending)
 
 
 def _fix(mib: int) -> str:
     """How to give ``/dev/shm`` ``mib`` MiB on the engine this job runs on."""
     return give_more(mib, os.environ, in_docker())
-
-
-def _suggested(need: int) -> int:
-    return max(ROUND_MIB, math.ceil(need / MIB / ROUND_MIB) * ROUND_MIB)
-
-
-def _mib(size: int) -> str:
-    return f"{size / MIB:.0f}" if size >= 10 * MIB else f"{size / MIB:.1f}"
 
 
 def _nbytes(data: Any) -> int:

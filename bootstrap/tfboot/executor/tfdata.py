@@ -1,7 +1,7 @@
 """tf.data defaults for every pipeline of the process: autotune's RAM and CPU budgets.
 
 The RAM budget is measured as each pipeline starts: the room the working set leaves under
-the limit in force then (``budget.hostmemory.ram_budget``): a resize since the import
+the limit in force then (``budget.hostpolicy.ram_budget``): a resize since the import
 counts, as the governor counts it (``node.livelimits``). One reading of the cgroup's files.
 
 How they are injected. TensorFlow hands every dataset it is about to run through one
@@ -44,7 +44,8 @@ from types import ModuleType
 from typing import Any
 
 from ..adapters.tensorflow import DATA_HOOK as HOOK
-from ..budget.hostmemory import DataDefaults, ram_budget
+from ..budget.hostmemory import DataDefaults
+from ..budget.hostpolicy import ram_budget
 from ..frames import hidden
 from ..node.cpu import cgroup_root
 from ..node.livelimits import LimitFiles

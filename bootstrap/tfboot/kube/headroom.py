@@ -22,12 +22,12 @@ from ..budget.roles import NAMES
 from ..cluster import NAMES as CLUSTER_NAMES
 from ..errors import ConfigError
 from ..frameworks import HEADROOMS
+from ..node.visible import NVIDIA_VISIBLE
 from ..settings import HEADROOM as VARIABLE
 from ..settings import Settings, resolve
 from .framework import framework_of, judged
 
 ADVISED = "tensorflow"  # the framework whose headroom an advised cap keeps: the largest
-RUNTIME_GPUS = "NVIDIA_VISIBLE_DEVICES"  # how the NVIDIA runtime lists a container's GPUs
 NCCL_NAMES = ("DISTRIBUTED", "VISIBLE_GPU", *CLUSTER_NAMES)  # what decides where NCCL runs
 
 
@@ -68,8 +68,8 @@ def _runtime(env: Mapping[str, str], gpus: int) -> dict[str, str]:
     """What the container will see at run time: its variables, the ``gpus`` GPUs granted as
     the NVIDIA runtime lists them, and an Indexed Job's completion index."""
     runtime = {**env, "JOB_COMPLETION_INDEX": env.get("JOB_COMPLETION_INDEX") or "0"}
-    if gpus and not env.get(RUNTIME_GPUS, "").strip():
-        runtime[RUNTIME_GPUS] = ",".join(str(index) for index in range(gpus))
+    if gpus and not env.get(NVIDIA_VISIBLE, "").strip():
+        runtime[NVIDIA_VISIBLE] = ",".join(str(index) for index in range(gpus))
     return runtime
 
 

@@ -22,7 +22,7 @@ from ..errors import ConfigError
 from ..kube.environment import container_env
 from ..kube.report import Report
 from ..kube.workloads import Container, containers, dig, gpu_grant
-from ..settings import parse_variable, resolve
+from ..settings import parse_variable, resolve, split_count, split_shown
 
 JOB_DEFAULT_BACKOFF = 6  # the Job API's default backoffLimit
 # An Indexed Job may have at most 100000 completions; no count here is expanded past it.
@@ -324,12 +324,15 @@ def _check_replicas(container: Container, env: Mapping[str, str], dist: ClusterS
         return
     grant = gpu_grant(container.resources("limits"))
     try:
-        split = resolve(env).virtual_split or 1
+        given = resolve(env).virtual_split
     except ConfigError:
         return  # reported by the tfboot variables' check
+    split = split_count(given)
     local = grant.count * split if grant.count else 1
     if local != dist.replicas_per_worker:
-        how = f"{grant.count} GPU(s) x VIRTUAL_SPLIT={split}" if grant.count else "no GPU: 1 CPU"
+        sizes = f" ({split} logical GPUs)" if isinstance(given, tuple) else ""
+        how = (f"{grant.count} GPU(s) x VIRTUAL_SPLIT={split_shown(given)}{sizes}"
+               if grant.count else "no GPU: 1 CPU")  # fmt: skip
         report.add(
             container.where,
             "dist-replicas",

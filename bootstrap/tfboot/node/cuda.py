@@ -10,24 +10,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..provenance import TFBOOT, before, writer
-
-CUDA_VISIBLE = "CUDA_VISIBLE_DEVICES"
+from .visible import CUDA_VISIBLE, parse_devices
 
 
 def cuda_devices(env: Mapping[str, str], gpu_count: int) -> tuple[list[str], bool]:
     """The devices CUDA lists before tfboot narrows them, and whether tfboot already did.
 
-    From ``CUDA_VISIBLE_DEVICES`` (as it was before tfboot narrowed it), else NVML's
-    ``gpu_count`` indexes.
+    From ``CUDA_VISIBLE_DEVICES`` (as it was before tfboot narrowed it, as CUDA reads it:
+    ``node.visible``), else NVML's ``gpu_count`` indexes.
     """
     narrowed = writer(env, CUDA_VISIBLE) == TFBOOT
     source = before(env, CUDA_VISIBLE)
     if source is None:
         return [str(i) for i in range(gpu_count)], narrowed
-    entries = [e.strip() for e in source.split(",")]
-    listed: list[str] = []
-    for entry in entries:  # CUDA stops at the first entry it cannot use
-        if not entry or entry.startswith("-") or (entry.isdigit() and int(entry) >= gpu_count):
-            break
-        listed.append(entry)
-    return listed, narrowed
+    return parse_devices(CUDA_VISIBLE, source).cuda(gpu_count), narrowed

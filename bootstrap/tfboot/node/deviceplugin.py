@@ -360,16 +360,3 @@ def auto_without_share(env: Mapping[str, str]) -> tuple[str, str]:
         "(such as 10G) and keep auto, or set MEMORY_LIMIT_MB to that limit in MiB minus the "
         "framework's headroom (`tfboot show` gives it)",
     )
-
-
-def mig_instances(env: Mapping[str, str]) -> list[str]:
-    """The MIG instances (``MIG-`` UUIDs) the container's visible-device variables name.
-
-    ``CUDA_VISIBLE_DEVICES`` decides when set, as in CUDA; else the NVIDIA runtime's
-    ``NVIDIA_VISIBLE_DEVICES``.
-    """
-    for name in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
-        value = env.get(name)
-        if value is not None and value.strip():
-            return [e.strip() for e in value.split(",") if e.strip().startswith("MIG-")]
-    return []

@@ -4,8 +4,8 @@ The Pod's third budget. TensorFlow sizes its host-side appetite from the host, n
 container: tf.data's autotuner takes half of the host's free memory as its RAM budget,
 and the GPU's pinned host memory may grow to tens of GiB. tfboot sizes both from the
 container's limit instead (``budget.hostmemory``): tf.data's buffers from the room between
-the working set, read here and again as each pipeline starts, and the limit;
-``PINNED_SHARE`` of the limit for pinned memory.
+the working set, read here and again as each pipeline starts, and the limit; a share of
+the limit for pinned memory (``budget.hostpolicy``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ MIB = 1 << 20
 POD_MEMORY_VARIABLE = "TFBOOT_POD_MEMORY_LIMIT_MB"
 POD_SHARED = "the Pod's, shared with its other containers"
 MAX_POD_MIB = 1 << 24  # 16 TiB, as HOST_MEMORY_LIMIT_MB
-PINNED_SHARE = 4  # TF_GPU_HOST_MEM_LIMIT_IN_MB: a quarter of the limit
 PINNED_ENV = "TF_GPU_HOST_MEM_LIMIT_IN_MB"
 
 

@@ -11,6 +11,7 @@ free space come from ``statvfs``; the mount (a tmpfs of its own, its ``size=``) 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ DOCKER_DEFAULT_MIB = 64  # Docker's (and containerd's) size without --shm-size
 # A loader of 4 workers, prefetch_factor 2 and batches of 32 MiB holds 256 MiB there (a
 # batch of 32 images of 3 x 224 x 224 float32 is 18 MiB): less is said at `import torch`.
 PLAUSIBLE_MIB = 256
+ROUND_MIB = 64  # a size tfboot names is a whole multiple of this
 MIB = 1 << 20
 
 
@@ -63,12 +65,18 @@ def mount_type(mountinfo: str, point: str = PATH) -> str | None:
     return found
 
 
+def size_for(mib: float) -> int:
+    """The size, in MiB, tfboot names for a need of ``mib`` MiB there: rounded up to whole
+    ``ROUND_MIB``, never less than that."""
+    return max(ROUND_MIB, math.ceil(mib / ROUND_MIB) * ROUND_MIB)
+
+
 def size_under(limit: float) -> int | None:
     """The ``/dev/shm`` size, in MiB, tfboot suggests under a memory limit of ``limit`` bytes
     (its pages count against it): a quarter of it, in whole 64 MiB; None where that is not
     more than the 64 MiB a container has without one (a limit under 512 MiB): then there is
     nothing to gain within the limit."""
-    size = int(limit / 4 / MIB / 64) * 64
+    size = int(limit / 4 / MIB / ROUND_MIB) * ROUND_MIB
     return size if size > DOCKER_DEFAULT_MIB else None
 
 

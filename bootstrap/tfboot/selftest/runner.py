@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..adapters.tensorflow import GROWTH_ENV
-from ..node.deviceplugin import mig_instances
 from ..node.nccl import readiness, why_needed
+from ..node.visible import mig_instances
 from ..settings import ALL_NAMES
 from . import tflog
 from .rows import FAIL, PASS, ROWS, SKIP, Context, Row, Verdict

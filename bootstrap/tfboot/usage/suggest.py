@@ -35,7 +35,7 @@ from typing import Any
 from ..budget.caps import headroom
 from ..budget.roles import NAMES
 from ..frameworks import HEADROOMS
-from ..node.shm import docker_flag, memory_volume
+from ..node.shm import docker_flag, memory_volume, size_for
 from ..settings import resolve
 from .shares import in_terms, shown
 
@@ -47,8 +47,6 @@ THROTTLED = 0.05  # throttled in this share of CFS periods or more: the quota is
 MIN_MEMORY_MIB = 250
 MIN_CPU = 0.1
 MIN_CPU_WINDOW_S = 60
-SHM_MIN_MIB = 64  # Docker's default: never suggest less
-SHM_ROUND_MIB = 64  # /dev/shm suggestions are whole multiples of this
 ROUND_MIB = 16  # memory suggestions are whole multiples of this
 CPU_PERCENTILE = 95
 MEMORY_PERCENTILE = 100
@@ -282,7 +280,7 @@ def suggest(
             f"+{MARGIN:.0%}; request = limit"
         )
     if shm is not None:
-        size = _up(max(shm, SHM_MIN_MIB), SHM_ROUND_MIB)
+        size = size_for(shm)
         found["shm"] = {"size_mib": size, "docker": docker_flag(size),
                         "kubernetes": memory_volume(f"{size}Mi")}  # fmt: skip
         found["sources"]["shm"] = (
