@@ -103,7 +103,7 @@ def cluster_step_s(ports: list[int], repeat: int = 20) -> float:
 
     from tfboot.adapters.tensorflow import LAUNCH, NAME
     from tfboot.cluster.plan import plan_cluster
-    from tfboot.cluster.watcher import watch
+    from tfboot.executor.watcher import watch
     from tfboot.settings import resolve
 
     times = []

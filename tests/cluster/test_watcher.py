@@ -6,7 +6,7 @@ import os
 
 import pytest
 from support import free_ports, run_python
-from tfboot.cluster.watcher import EXIT_MARGIN_S
+from tfboot.executor.watcher import EXIT_MARGIN_S
 
 pytestmark = pytest.mark.slow  # each waits out a startup timeout and its margin (7 to 10 s)
 
@@ -14,7 +14,7 @@ TIMEOUT_S = 2
 
 WATCH = """
 import os, signal, sys, time
-from tfboot.cluster.watcher import watch
+from tfboot.executor.watcher import watch
 watcher = watch(["localhost:{port}"], {timeout}, quiet={quiet})
 watcher.waiting()  # the wait for the group starts: the clock and the end
 child = watcher.child
@@ -57,7 +57,7 @@ def test_the_watcher_ignores_ctrl_c_in_its_own_session() -> None:
 
 LATE = """
 import socket, sys, time
-from tfboot.cluster.watcher import watch
+from tfboot.executor.watcher import watch
 start = time.monotonic()
 watcher = watch(["localhost:{port}"], {timeout}, quiet=True)
 watcher.waiting()
@@ -97,7 +97,7 @@ def test_peers_that_answer_but_never_form_the_group_end_the_worker_with_its_line
 
 PROXY = """
 import socket, sys, time
-from tfboot.cluster.watcher import watch
+from tfboot.executor.watcher import watch
 server = socket.create_server(("localhost", {port}))  # accepts, says nothing
 start = time.monotonic()
 watch(["localhost:{port}"], {timeout}, quiet=True).waiting()
@@ -112,7 +112,7 @@ def test_many_peers_reach_the_watcher_whatever_their_number() -> None:
     """3000 peers (more than one argument string may hold) go to the child on its stdin."""
     code = """
 import time
-from tfboot.cluster.watcher import watch
+from tfboot.executor.watcher import watch
 peers = [f"worker-{i}.a-long-subdomain-name.namespace.svc.cluster.local:2222" for i in range(3000)]
 child = watch(peers, None, quiet=True).child
 time.sleep(2)
@@ -125,7 +125,7 @@ child.kill()
 
 TERM = """
 import os, signal, socket, sys, time
-from tfboot.cluster.watcher import watch
+from tfboot.executor.watcher import watch
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as TensorFlow, waiting on its peers
 server = socket.create_server(("localhost", {port}))
 watcher = watch(["localhost:{port}"], None, quiet=False, names={{"localhost:{port}": "worker 2"}},
@@ -187,7 +187,7 @@ def test_a_peer_that_answered_is_never_listed_as_waiting(
     import threading
     import time
 
-    from tfboot.cluster import watcher
+    from tfboot.executor import watcher
 
     listener = socket.create_server(("127.0.0.1", 0))
     listener.listen(512)

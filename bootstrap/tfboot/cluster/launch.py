@@ -37,8 +37,7 @@ from ..values import digits, quote
 from . import TORCHRUN
 from .engines import Engine, Identity
 from .proxy import proxy_warning
-from .variables import ClusterSettings
-from .watcher import TERM_GRACE_S
+from .variables import TERM_GRACE_S, ClusterSettings
 from .world import RANKED, World
 
 AGENT = "torchrun's agent"  # the launcher of a Launch made for torchrun itself

@@ -33,6 +33,7 @@ MAX_REPLICAS = 4096  # 64 logical devices on each of 64 GPUs: more than any work
 REPLICAS_ACCEPTED = f"a count from 1 to {MAX_REPLICAS}"
 MAX_TIMEOUT_S = 7 * 24 * 3600  # a week: far past any wait for peers
 SECONDS_ACCEPTED = f"a number of seconds from 1 to {MAX_TIMEOUT_S} (a week) such as 600"
+TERM_GRACE_S = 5  # DIST_TERM_GRACE's default: how long a task outlives a SIGTERM or a lost peer
 MAX_GRACE_S = 3600  # an hour: longer than any preemption checkpoint should take
 GRACE_ACCEPTED = f"a number of seconds from 1 to {MAX_GRACE_S} such as 5"
 

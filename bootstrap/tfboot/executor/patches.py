@@ -129,14 +129,14 @@ def peer_watcher(
     names: dict[str, str],
     grace: float | None,
 ) -> str | None:
-    """The process that ends this task when a peer is lost (``cluster.watcher``), and
+    """The process that ends this task when a peer is lost (``executor.watcher``), and
     each of TensorFlow's waits for its peers bracketed for it (``TF_WAITS``)."""
     import sys
 
-    from ..cluster.deadline import within
-    from ..cluster.watcher import TERM_GRACE_S, watch
+    from .deadline import within
+    from .watcher import watch
 
-    watcher = watch(peers, timeout, quiet=quiet, names=names, grace=grace or TERM_GRACE_S)
+    watcher = watch(peers, timeout, quiet=quiet, names=names, grace=grace)
     if watcher is None:
         return None
     bracketed = []
@@ -195,8 +195,8 @@ def jax_distributed(
 
 def torch_deadline(torch: ModuleType, seconds: int, waits: str) -> str | None:
     """Each call of ``torch.distributed.init_process_group`` must return within ``seconds``
-    of its start, or the task ends, naming what it ``waits`` for (``cluster.deadline``)."""
-    from ..cluster.deadline import bounded
+    of its start, or the task ends, naming what it ``waits`` for (``executor.deadline``)."""
+    from .deadline import bounded
 
     text = (
         f"cluster: PyTorch's group did not form within DIST_STARTUP_TIMEOUT={seconds} s of "

@@ -2,7 +2,7 @@
 
 The exit status and the signal's disposition stay exactly what they would be without
 tfboot. ``atexit`` reports a normal end, ``sys.exit`` and an uncaught exception (named by a
-chained ``sys.excepthook``; the program's hook still prints); ``cluster.deadline`` the end
+chained ``sys.excepthook``; the program's hook still prints); ``executor.deadline`` the end
 ``DIST_STARTUP_TIMEOUT`` gives a PyTorch task, as ``DIST_STARTUP_TIMEOUT``; a TensorFlow
 task, which that end leaves no Python to report, by a record written as its wait starts.
 SIGTERM, where the program has no handler of its own yet: the final report, then the
@@ -32,7 +32,7 @@ PID1_IGNORED = "SIGTERM (ignored: PID 1 without a handler)"
 
 def hook(report: Any) -> None:
     """Hook the process's ends for ``report`` (an ``usage.Report``)."""
-    from ..cluster.deadline import on_end, on_wait
+    from ..executor.deadline import on_end, on_wait
 
     atexit.register(_quietly, report.finish, "exit")
     on_end(report.finish)  # DIST_STARTUP_TIMEOUT ends the task with os._exit: no atexit

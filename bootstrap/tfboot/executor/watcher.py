@@ -67,7 +67,6 @@ ANSWERED, TIMED_OUT = 0, 3  # the child's exit statuses
 NO_ANSWER = "no answer yet"
 END_OF_PEERS = "."  # the line after the peers on the child's stdin
 WAIT, DONE = "wait", "done"  # the worker's words on it: "wait <its monotonic clock>", "done"
-TERM_GRACE_S = 5  # DIST_TERM_GRACE's default
 _keep: list[object] = []  # the watchers, kept as long as the worker runs
 _terminated = threading.Event()  # the child got SIGTERM
 
@@ -184,7 +183,7 @@ def run(
     peers: dict[str, str],
     timeout: float | None,
     quiet: bool,
-    grace: float = TERM_GRACE_S,
+    grace: float,
     orders: Any = (),
 ) -> int:
     """The child's loop; returns ANSWERED (also when the worker is gone) or TIMED_OUT.
@@ -381,17 +380,22 @@ def watch(
     timeout: float | None,
     quiet: bool,
     names: dict[str, str] | None = None,
-    grace: float = TERM_GRACE_S,
+    grace: float | None = None,
 ) -> Watcher | None:
     """Start the watcher child for ``peers``; a wait with ``timeout`` ends the worker at its
     deadline (``Watcher.waiting``). Never blocks.
 
     ``names``: address -> the task it is, for the lines; ``grace``: how long the worker may
-    outlive a SIGTERM. None when it could not start. A descendant of the task (a subprocess,
-    a multiprocessing worker importing TensorFlow) is no task (``engines.task_of``) and
-    starts none. The peers go to the child on its stdin, so their number never meets the
-    argument limits; the stdin stays open for the worker's words.
+    outlive a SIGTERM (None: ``DIST_TERM_GRACE``'s default). None when it could not start.
+    A descendant of the task (a subprocess, a multiprocessing worker importing TensorFlow)
+    is no task (``engines.task_of``) and starts none. The peers go to the child on its
+    stdin, so their number never meets the argument limits; the stdin stays open for the
+    worker's words.
     """
+    if grace is None:  # imported here: run as a script, this file imports nothing of tfboot
+        from ..cluster.variables import TERM_GRACE_S
+
+        grace = TERM_GRACE_S
     args = [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid())]
     args += [str(timeout or 0), "quiet" if quiet else "info", str(grace)]
     try:
