@@ -42,59 +42,48 @@ examples:
 SHOWN_DEFAULTS = {"VISIBLE_GPU": "all"}
 
 
-def _cluster(settings: Any, env: dict[str, str]) -> dict[str, Any] | None:
-    """The cluster as TensorFlow's plan gives it (``TF_CONFIG``; the replicas check waits for
-    the import), whether TensorFlow is installed or not."""
-    if settings.cluster is None:
-        return None
-    from .cluster.plan import plan_cluster
-    from .frameworks import ADAPTERS
-
-    adapter = ADAPTERS["tensorflow"]
-    return plan_cluster(adapter.LAUNCH, adapter.NAME, settings.distributed, settings.cluster,
-                        env, {}, pid=os.getpid()).to_dict()  # fmt: skip
-
-
-def _launches(settings: Any, env: dict[str, str], present: list[str],
-              refused: Mapping[str, ConfigError]) -> dict[str, Any]:  # fmt: skip
-    """What the other installed frameworks that form a cluster get from it (TensorFlow's is
-    ``_cluster``), or why they cannot (their import's error, ``refused``)."""
-    if settings.cluster is None:
-        return {}
-    from .cluster.plan import plan_cluster
+def _planned(module: str, env: Mapping[str, str]) -> Any:
+    """What ``module``'s import would do here (``executor.planned``), whether it is
+    installed or not: nothing imported, written or applied."""
+    from .executor import planned
     from .frameworks import ADAPTERS
     from .node.versions import installed
 
-    found: dict[str, Any] = {}
-    for module, adapter in ADAPTERS.items():
-        if module in present and module != "tensorflow" and adapter.LAUNCH is not None:
-            name, facts = adapter.NAME, {"version": installed(module)}
-            try:
-                if name in refused:
-                    raise refused[name]
-                made = plan_cluster(adapter.LAUNCH, name, settings.distributed, settings.cluster,
-                                    env, facts, pid=os.getpid())  # fmt: skip
-                found[name] = made.to_dict()
-            except ConfigError as exc:
-                found[name] = {"error": str(exc)}
-    return found
+    return planned(ADAPTERS[module], env, version=installed(module))
 
 
-def _refused(env: Mapping[str, str], present: list[str]) -> dict[str, ConfigError]:
-    """The installed frameworks (``present``, by module) whose import would fail here, by name,
-    with the error that import raises."""
-    from importlib import import_module
+def _cluster(tensorflow: Any) -> dict[str, Any] | None:
+    """The cluster as TensorFlow's import plans it (``tensorflow``: ``_planned``'s;
+    ``TF_CONFIG``; the replicas check waits for the import), whether TensorFlow is installed
+    or not. A refusal of the settings or of the cluster is raised."""
+    if tensorflow.budget is None or (
+        tensorflow.cluster is None
+        and tensorflow.error is not None
+        and tensorflow.budget.settings.cluster is not None
+    ):
+        raise tensorflow.error
+    return None if tensorflow.cluster is None else tensorflow.cluster.to_dict()
 
-    from . import ADAPTERS
-    from .executor import refused_at_import
 
-    found: dict[str, ConfigError] = {}
-    for module in present:
-        adapter = import_module(f"{__package__}.adapters.{ADAPTERS[module]}")
-        error = refused_at_import(adapter, env)
-        if error is not None:
-            found[adapter.NAME] = error
-    return found
+def _launches(settings: Any, plans: Mapping[str, Any]) -> dict[str, Any]:
+    """What the other installed frameworks that form a cluster get from it (TensorFlow's is
+    ``_cluster``), or why they cannot (their import's error)."""
+    from .frameworks import ADAPTERS
+
+    if settings.cluster is None:
+        return {}
+    return {
+        ADAPTERS[m].NAME: {"error": str(made.error)} if made.error else made.cluster.to_dict()
+        for m, made in plans.items()
+        if m != "tensorflow" and ADAPTERS[m].LAUNCH is not None
+    }
+
+
+def _refused(plans: Mapping[str, Any]) -> dict[str, ConfigError]:
+    """The frameworks whose import would fail here, by name, with the error it raises."""
+    from .frameworks import ADAPTERS
+
+    return {ADAPTERS[m].NAME: made.error for m, made in plans.items() if made.error is not None}
 
 
 def _present() -> list[str]:
@@ -106,13 +95,15 @@ def _present() -> list[str]:
 
 
 def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
-    from .budget import make_budget
+    """``show``'s rows, from what each framework's import would do here (``_planned``):
+    TensorFlow's for the settings, the node's limits and the cluster."""
     from .budget.hostmemory import for_tensorflow
-    from .frameworks import resolve
     from .settings import CONTRACT, CONTROL
 
-    settings = resolve(env)  # every variable, as TensorFlow reads them
-    cluster = _cluster(settings, env)
+    tensorflow = _planned("tensorflow", env)
+    cluster = _cluster(tensorflow)
+    planned = tensorflow.budget  # the settings and the node read as the import reads them
+    settings = planned.settings  # every variable, as TensorFlow reads them
     table = {}
     for variable in CONTRACT + CONTROL:
         if variable.name in settings.given:
@@ -135,13 +126,13 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
     from .frameworks import ADAPTERS
     from .node.versions import TENSORFLOW, installed
 
-    planned = make_budget(settings, env)  # the node read as the import reads it
     budget, memory = planned.cpu, planned.memory
     version = installed("tensorflow", TENSORFLOW)  # what the installed TensorFlow can take
     found = for_tensorflow(planned.host(), version)
     malloc = planned.release()
     present = _present()
-    refused = _refused(env, present)
+    plans = {m: tensorflow if m == "tensorflow" else _planned(m, env) for m in present}
+    refused = _refused(plans)
     headroom = {
         ADAPTERS[m].NAME: headroom_of(settings, env, ADAPTERS[m].HEADROOM, ADAPTERS[m].NAME)
         for m in present
@@ -167,7 +158,7 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
         "headroom_mib": {name: room.mib for name, room in headroom.items()},
         "headroom_why": {name: room.why for name, room in headroom.items()},
         "cluster": cluster,
-        "clusters": _launches(settings, env, present, refused),
+        "clusters": _launches(settings, plans),
         "refused": {name: str(error) for name, error in refused.items()},
     }
 
@@ -297,7 +288,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     try:
         settings = resolve(env)
         tasks, later = _run_time(settings, env)
-        clusters = [_cluster(settings, task) for task in tasks]
+        clusters = [_cluster(_planned("tensorflow", task)) for task in tasks]
     except ConfigError as exc:
         return _print_error(exc, args.json)
     typos = misspelled(env)
@@ -305,7 +296,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return _print_typos(typos, args.json)
     cluster = clusters[-1]
     judged = [m for m in _present() if m != "tensorflow" and m in (args.framework or [m])]
-    refused = _refused(tasks[0], judged)
+    refused = _refused({module: _planned(module, tasks[0]) for module in judged})
     if refused:  # what TensorFlow refuses, resolve and the cluster raised above
         return _print_errors(list(refused.values()), args.json)
     given = rows(settings.given)

@@ -14,8 +14,9 @@ import os
 import sys
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..adapters import Call, Item, New, Patch, Peak, Plan
 from ..budget import Budget, make_budget
@@ -28,6 +29,9 @@ from ..settings import DISABLE, LOG, ON_ERROR, disabled, read_control
 from .environ import inherited, note_writes, restore, setenv
 from .patches import PATCHES
 from .result import Result, emit, log
+
+if TYPE_CHECKING:
+    from ..cluster.plan import ClusterPlan
 
 _lock = threading.RLock()  # a framework's hook points, one at a time
 _results: dict[str, Result] = {}  # module name -> what its framework got
@@ -200,18 +204,32 @@ def _typos(env: Mapping[str, str]) -> None:
             emit("warning", text)
 
 
-def refused_at_import(adapter: Any, env: Mapping[str, str]) -> ConfigError | None:
-    """What ``adapter``'s framework would refuse at its import in ``env``, before its code
-    runs, as a task that runs the model: the import's own settings, budget and first plan
-    (``tfboot check`` and ``show``). Nothing is imported, written or applied."""
+@dataclass(frozen=True)
+class Planned:
+    """What a framework's import would do here, planned and not applied."""
+
+    budget: Budget | None  # None: its settings or the node's limits were refused
+    cluster: ClusterPlan | None  # its place in the cluster (None: no cluster, or refused)
+    error: ConfigError | None  # what its import would refuse, first refusal
+
+
+def planned(adapter: Any, env: Mapping[str, str], **facts: Any) -> Planned:
+    """What ``adapter``'s framework would do at its import in ``env``, before its code runs,
+    as a task that runs the model: the import's own settings, budget, place in the cluster
+    (its writer given ``facts``) and first plan. ``tfboot show`` and ``check`` read their
+    rows from it. Nothing is imported, written or applied."""
     stage = adapter.STAGES[0]
+    budget = cluster = None
     try:
         budget = make_budget(settings_for(adapter, env), env)
+        if budget.settings.cluster is not None and adapter.LAUNCH is not None:
+            cluster = budget.launch(adapter.NAME, adapter.LAUNCH, **facts)
         if stage == "before":
             adapter.plan(stage, budget, adapter.facts(stage, budget, Reader(None))).check()
     except ConfigError as exc:
-        return ConfigError(exc.problems, adapter.NAME) if adapter.QUALIFIED else exc
-    return None
+        error = ConfigError(exc.problems, adapter.NAME) if adapter.QUALIFIED else exc
+        return Planned(budget, cluster, error)
+    return Planned(budget, cluster, None)
 
 
 def _role(adapter: Any, name: str, env: Mapping[str, str], importing: Sequence[str]) -> Role:
