@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 from . import __version__
-from .budget.roles import NAMES as FRAMEWORKS
+from .budget.roles import NAMES
 from .errors import ConfigError
 from .settings import MAX_MEMORY_MB
 from .values import digits, hide_credentials, line, quote, rows
@@ -83,14 +83,12 @@ def _launches(settings: Any, env: dict[str, str], present: list[str],
 def _refused(env: Mapping[str, str], present: list[str]) -> dict[str, ConfigError]:
     """The installed frameworks (``present``, by module) whose import would fail here, by name,
     with the error that import raises."""
-    from importlib import import_module
-
-    from . import ADAPTERS
     from .executor import refused_at_import
+    from .frameworks import ADAPTERS
 
     found: dict[str, ConfigError] = {}
     for module in present:
-        adapter = import_module(f"{__package__}.adapters.{ADAPTERS[module]}")
+        adapter = ADAPTERS[module]
         error = refused_at_import(adapter, env)
         if error is not None:
             found[adapter.NAME] = error
@@ -98,11 +96,11 @@ def _refused(env: Mapping[str, str], present: list[str]) -> dict[str, ConfigErro
 
 
 def _present() -> list[str]:
-    """The frameworks installed here, by module name."""
-    from .budget.roles import NAMES
-    from .node.versions import TENSORFLOW, installed
+    """The frameworks a budget is planned for that are installed here, by module name."""
+    from .frameworks import ADAPTERS, PLANNED
+    from .node.versions import installed
 
-    return [m for m in NAMES if installed(m, TENSORFLOW if m == "tensorflow" else ())]
+    return [m for m in PLANNED if installed(m, ADAPTERS[m].DISTRIBUTIONS)]
 
 
 def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
@@ -329,8 +327,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     asked = args.framework or ["tensorflow"]
     missing = [m for m in asked if importlib.util.find_spec(m) is None]
     if missing:  # one line, as selftest says it: no traceback for an expected condition
-        present = [m for m in FRAMEWORKS if m not in missing and importlib.util.find_spec(m)]
-        names = ", ".join(FRAMEWORKS[m] for m in missing)
+        from .frameworks import PLANNED
+
+        present = [m for m in PLANNED if m not in missing and importlib.util.find_spec(m)]
+        names = ", ".join(NAMES[m] for m in missing)
         other = f"--framework {' / '.join(present)}" if present else "none is installed"
         verb = "is" if len(missing) == 1 else "are"
         text = (f"doctor: {names} {verb} not installed in this environment ({sys.executable}): "
@@ -422,6 +422,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .frameworks import PLANNED
+
     parser = argparse.ArgumentParser(
         prog="tfboot",
         description=DESCRIPTION,
@@ -449,7 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--framework",
         action="append",
-        choices=tuple(FRAMEWORKS),
+        choices=PLANNED,
         help="judge the imports of this framework only (repeatable; default: every framework "
         "installed here, as the image may import any of them)",
     )
@@ -469,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument(
         "--framework",
         action="append",
-        choices=tuple(FRAMEWORKS),
+        choices=PLANNED,
         help="import this framework and report what it got (repeatable; default tensorflow); "
         "JAX and PyTorch are imported first, as Keras on them would",
     )
@@ -518,7 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     selftest.add_argument(
         "--framework",
-        choices=tuple(FRAMEWORKS),
+        choices=PLANNED,
         default="tensorflow",
         help="whose rows: TensorFlow's (default), or JAX's or PyTorch's visibility, cap "
         "and growth rows",
