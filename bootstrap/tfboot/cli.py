@@ -125,10 +125,10 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
             value = hide_credentials(value)
         table[variable.name] = {"value": value, "source": source}
     if cluster is not None:
-        from .cluster import NAMES
+        from .cluster import NAMES as CLUSTER_NAMES
 
         unset = {"value": None, "source": "default"}
-        table.update({name: cluster["given"].get(name, unset) for name in NAMES})
+        table.update({name: cluster["given"].get(name, unset) for name in CLUSTER_NAMES})
     from .budget.caps import headroom as headroom_of
     from .frameworks import ADAPTERS
     from .node.versions import TENSORFLOW, installed
