@@ -84,7 +84,7 @@ def count_candidates(root: Path, twin: str, env: dict[str, str]) -> None:
 
 # The previous release's form: the five watched names as a tuple, before the start-up
 # table mapped each one to its adapter.
-EARLIER_WATCHED = 'ADAPTERS = ("tensorflow", "keras", "tf_keras", "jax", "torch")'
+EARLIER_WATCHED = 'FRAMEWORKS = ("tensorflow", "keras", "tf_keras", "jax", "torch")'
 # Code whose every import passes through the trampoline: about a hundred modules.
 MANY_IMPORTS = "import asyncio, email.parser, http.client, json, logging"
 
@@ -92,8 +92,8 @@ MANY_IMPORTS = "import asyncio, email.parser, http.client, json, logging"
 def count_watched(init: Path, twin: str, env: dict[str, str]) -> None:
     """The trampoline with this release's table and with the previous release's tuple."""
     release = init.read_text()
-    earlier = re.sub(r"^ADAPTERS = \{.*?^\}$", EARLIER_WATCHED, release, flags=re.M | re.S)
-    assert earlier != release, "the ADAPTERS table was not found"
+    earlier = re.sub(r"^FRAMEWORKS = \{.*?^\}$", EARLIER_WATCHED, release, flags=re.M | re.S)
+    assert earlier != release, "the FRAMEWORKS table was not found"
     counts = {}
     for label, text in (("names as tuple", earlier), ("this release", release)):
         init.unlink()  # never write through a hard link

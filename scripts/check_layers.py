@@ -5,6 +5,13 @@ no framework adapter imports another, and no import makes a circle.
 Run: python scripts/check_layers.py [bootstrap/tfboot]; exit 1 with one line per fault.
 Every ``import`` counts, at module level or inside a function. The layers, lowest first,
 are ``LAYERS``; docs/architecture.md draws them.
+
+The package itself (``tfboot/__init__.py``: the one table of frameworks and the trampoline)
+is the lowest layer: Python runs it before any of its modules, so every module may read it.
+Its own imports inside functions (the trampoline's hand-over, the public names it loads on
+first use) run only after it has loaded, when it is called: they are calls into the
+package, not what loading it needs, and are not counted. At module level it may import
+nothing of the package (nothing lies below it).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from pathlib import Path
 PACKAGE = "tfboot"
 # Lowest first: a module may import its own layer and the layers before it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("package", ("",)),
     ("foundations", ("errors", "values", "provenance", "frames")),
     ("node", ("node",)),
     ("cluster", ("cluster",)),
@@ -25,7 +33,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("frameworks", ("frameworks",)),
     ("executor", ("executor",)),
     ("usage", ("usage",)),
-    ("start-up", ("", "_startup", "_hook")),
+    ("start-up", ("_startup", "_hook")),
     ("kubernetes", ("kube",)),
     (
         "tools",
@@ -33,6 +41,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
 )
 ADAPTERS = "adapters"
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -46,7 +55,7 @@ def imports(path: Path, name: str, modules: set[str]) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _module_level(tree) if name == PACKAGE else ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.split(".")[0] == PACKAGE}
         elif isinstance(node, ast.ImportFrom):
@@ -61,6 +70,18 @@ def imports(path: Path, name: str, modules: set[str]) -> set[str]:
             for alias in node.names:
                 submodule = f"{target}.{alias.name}"
                 found.add(submodule if submodule in modules else target)
+    return found
+
+
+def _module_level(tree: ast.Module) -> list[ast.AST]:
+    """Every node of ``tree`` outside the functions it defines (the package's own imports
+    inside a function are calls into the package, run after it has loaded)."""
+    found: list[ast.AST] = []
+    pending: list[ast.AST] = [tree]
+    while pending:
+        node = pending.pop()
+        found.append(node)
+        pending += [c for c in ast.iter_child_nodes(node) if not isinstance(c, FUNCTIONS)]
     return found
 
 

@@ -100,19 +100,20 @@ def test_every_framework_that_reads_a_gpu_cap_declares_its_headroom() -> None:
     import importlib
     from types import SimpleNamespace
 
-    from tfboot import ADAPTERS
+    from tfboot import FRAMEWORKS
     from tfboot.budget.caps import settings_for
     from tfboot.frameworks import ADAPTERS as CATALOGUE
     from tfboot.frameworks import HEADROOMS
 
-    for name in set(ADAPTERS.values()):
+    named = {adapter for adapter, _name in FRAMEWORKS.values()}
+    for name in named:
         adapter = importlib.import_module(f"tfboot.adapters.{name}")
         assert CATALOGUE[adapter.MODULE] is adapter
         if adapter.READS is None or "MEMORY_LIMIT_MB" in adapter.READS:
             assert adapter.MODULE in HEADROOMS, (
                 f"{adapter.MODULE} reads MEMORY_LIMIT_MB, no headroom"
             )
-    assert len(CATALOGUE) == len(set(ADAPTERS.values()))
+    assert len(CATALOGUE) == len(named)
     made_up = SimpleNamespace(READS=None, MIRRORS={}, HEADROOM=None, NAME="MXNet")
     with pytest.raises(KeyError, match="no GPU headroom declared for MXNet"):
         settings_for(made_up, {"MEMORY_LIMIT_MB": "auto", "CUDA_DEVICE_MEMORY_LIMIT": "8g"})

@@ -2,11 +2,16 @@
 device plugin, a framework, a cluster engine. Each part is added the way the recipe says
 (a row in the table it names, a module of the adapter's shape, an engine's file) and is
 then read by the code that already exists, unchanged: what the recipe promises.
+
+The framework's recipe and the engine's are followed in a copy of the package (the
+framework's row written into the one table, ``tfboot.FRAMEWORKS``, and its adapter module
+beside the others; the engine's file), run in fresh processes.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -65,6 +70,210 @@ def test_a_made_up_framework_is_its_adapter_s_declarations() -> None:
     )
     with pytest.raises(KeyError, match="no GPU headroom declared for MXNet"):
         settings_for(SimpleNamespace(**{**vars(mxnet), "HEADROOM": None}), env)
+
+
+# The made-up framework's adapter, of the shape docs/architecture.md gives: it reads the GPU
+# cap and growth, writes the cap into the framework's own variable before its code runs,
+# and declares its headroom; its growth variable mirrors MEMORY_GROWTH.
+MXNET_ADAPTER = '''"""MXNet's adapter (made up for tests/test_recipes.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..budget.caps import Headroom
+from ..budget.roles import NAMES, decide
+from ..errors import Problem
+from . import Plan
+
+MODULE = "mxnet"
+NAME = NAMES[MODULE]
+QUALIFIED = True
+OLDEST: dict[str, tuple[int, ...]] = {}
+DISTRIBUTIONS = ()
+READS = frozenset({"MEMORY_LIMIT_MB", "MEMORY_GROWTH", "MEMORY_HEADROOM_MB"})
+PREFIX = "mxnet."
+HEADROOM = Headroom(700, "MXNet's own, measured")
+MIRRORS = {"MEMORY_GROWTH": "MXNET_GPU_MEM_GROWTH"}
+LAUNCH = None
+STAGES = ("before",)
+REPORTED_BY = ""
+SETS = ()
+LIMIT = "MXNET_GPU_MEM_LIMIT_MB"
+WRITES = (LIMIT,)
+
+
+def role(importing, taken, backend):
+    return decide(MODULE, importing, backend)
+
+
+def facts(stage, budget, read) -> dict[str, Any]:
+    return {}
+
+
+def plan(stage, budget, facts) -> Plan:
+    plan = Plan(NAME, budget.role)
+    cap = budget.settings.memory_limit_mb
+    if cap is not None:
+        plan.environ[LIMIT] = str(cap)
+        plan.decisions.append(f"{LIMIT}={cap} from {budget.settings.shown('MEMORY_LIMIT_MB')}")
+    return plan
+
+
+def refused(described, exc, applied) -> Problem:
+    return Problem("MEMORY_LIMIT_MB", None, f"MXNet refused {described} ({exc})")
+
+
+def peaks(read, plan) -> list:
+    return []
+'''
+# A Pod under a DRA claim's MPS limit, its image's name naming the made-up framework.
+SHARE_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: train
+spec:
+  resourceClaims:
+    - name: gpu
+      resourceClaimTemplateName: mps-10g
+  containers:
+    - name: train
+      image: registry.example/mxnet:1.9
+      resources:
+        claims:
+          - name: gpu
+      env:
+        - name: MEMORY_LIMIT_MB
+          value: auto
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: mps-10g
+spec:
+  spec:
+    devices:
+      requests:
+        - name: mps-gpu
+          exactly:
+            deviceClassName: gpu.nvidia.com
+      config:
+        - requests: ["mps-gpu"]
+          opaque:
+            driver: gpu.nvidia.com
+            parameters:
+              apiVersion: resource.nvidia.com/v1beta1
+              kind: GpuConfig
+              sharing:
+                strategy: MPS
+                mpsConfig:
+                  defaultPinnedDeviceMemoryLimit: 10Gi
+"""
+
+
+@pytest.fixture(scope="module")
+def mxnet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the package with the recipe followed, and the made-up framework beside it
+    (a package ``mxnet``, 1.9.1): the folder to put on ``PYTHONPATH``."""
+    lib = tmp_path_factory.mktemp("recipe")
+    package = lib / "tfboot"
+    shutil.copytree(REPO / "bootstrap" / "tfboot", package,
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    init = package / "__init__.py"
+    text, rows = re.subn(r"^(FRAMEWORKS = \{\n.*?)^\}$", r'\1    "mxnet": ("mxnet", "MXNet"),\n}',
+                         init.read_text(), count=1, flags=re.M | re.S)  # fmt: skip
+    assert rows == 1, "the one table of frameworks was not found"
+    init.write_text(text)
+    (package / "adapters" / "mxnet.py").write_text(MXNET_ADAPTER)
+    (lib / "mxnet").mkdir()
+    (lib / "mxnet" / "__init__.py").write_text('"""A made-up framework."""\n')
+    (lib / "mxnet" / "version.py").write_text("__version__ = '1.9.1'\n")
+    return lib
+
+
+def run(lib: Path, args: list[str], stdin: str = "", **env: str) -> subprocess.CompletedProcess:
+    """``args`` run by this Python with the copy first on its path, in ``env``."""
+    env = scenario_env({"PYTHONPATH": str(lib), **env})
+    return subprocess.run([sys.executable, *args], input=stdin, text=True, capture_output=True,
+                          env=env, timeout=120)  # fmt: skip
+
+
+def tfboot_cli(lib: Path, *args: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess:
+    return run(lib, ["-m", "tfboot", *args], stdin, **env)
+
+
+def test_a_made_up_framework_is_configured_at_its_import(mxnet: Path) -> None:
+    """Recipe, two files: the trampoline hooks its import and the executor applies its plan
+    (the cap written into its own variable, the line naming it by the table's name)."""
+    code = ("import tfboot, mxnet, os; from tfboot.executor import results; "
+            "print(os.environ.get('MXNET_GPU_MEM_LIMIT_MB'), results()['mxnet'].framework, "
+            "tfboot.__file__)")  # fmt: skip
+    done = run(mxnet, ["-c", code], MEMORY_LIMIT_MB="2048", TFBOOT_LOG="info")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2048", "MXNet", str(mxnet / "tfboot" / "__init__.py")]
+    assert "tfboot: configured MXNet" in done.stderr, done.stderr
+
+
+def test_a_made_up_framework_is_shown_and_checked(mxnet: Path) -> None:
+    """``tfboot show`` gives its headroom below a share; ``tfboot check`` takes it as a
+    ``--framework`` and judges its import, its mirror contradicting the contract by name."""
+    done = tfboot_cli(mxnet, "show", "--json", MEMORY_LIMIT_MB="auto",
+                      CUDA_DEVICE_MEMORY_LIMIT="4096m")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["headroom_mib"]["MXNet"] == 700
+    assert shown["headroom_why"]["MXNet"] == "MXNet's own, measured"
+    done = tfboot_cli(mxnet, "check", "--framework", "mxnet", "--json", MEMORY_GROWTH="true")
+    assert done.returncode == 0 and json.loads(done.stdout)["ok"], done.stdout + done.stderr
+    done = tfboot_cli(mxnet, "check", "--framework", "mxnet", "--json", MEMORY_GROWTH="true",
+                      MXNET_GPU_MEM_GROWTH="false")  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    (problem,) = json.loads(done.stdout)["problems"]
+    assert problem["framework"] == "MXNet" and problem["variable"] == "MEMORY_GROWTH"
+    assert problem["accepted"] == "it contradicts MXNET_GPU_MEM_GROWTH='false'"
+
+
+def test_a_made_up_framework_is_judged_in_manifests_and_inject(mxnet: Path) -> None:
+    """A container whose image names it is judged for it (``kube.headroom.advice``):
+    ``tfboot manifests`` says so, and ``inject --memory-from-claims`` writes the DRA claim's
+    MPS limit minus its 700 MiB of headroom."""
+    yaml = pytest.importorskip("yaml")
+    done = tfboot_cli(mxnet, "manifests", "--json", "-", stdin=SHARE_POD)
+    assert "Traceback" not in done.stderr, done.stderr
+    found = {f["rule"]: f for f in json.loads(done.stdout)["findings"]}
+    assert found["dra-mps-memory-auto"]["hint"] == (
+        "set MEMORY_LIMIT_MB to 9540 (the limit minus 700 MiB of headroom for MXNet "
+        "(MXNet's own, measured))"
+    )
+    done = tfboot_cli(mxnet, "inject", "--image", "registry.example/tfboot-inject:0.1.0",
+                      "--memory-from-claims", "-", stdin=SHARE_POD)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pod = next(d for d in yaml.safe_load_all(done.stdout) if d["kind"] == "Pod")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["MEMORY_LIMIT_MB"] == "9540"
+
+
+def test_a_made_up_framework_is_sized_by_the_suggestion(mxnet: Path, tmp_path: Path) -> None:
+    """``tfboot suggest`` over a run whose GPU was the made-up framework's: the share it
+    advises keeps that framework's headroom, by its name."""
+    record = {
+        "schema": "tfboot.usage/v1",
+        "final": True,
+        "gpus": [{"index": 0, "physical": 0, "framework": "MXNet", "peak_mib": 3000.0}],
+        "host_memory": {"peak_mib": 1000.0, "limit_mib": 2048, "oom_kills": 0},
+        "cpu": {"used_cpus": 1.0, "quota": 2.0, "throttled_fraction": 0.0},
+    }
+    path = tmp_path / "usage.json"
+    path.write_text(json.dumps(record))
+    done = tfboot_cli(mxnet, "suggest", "--json", str(path))
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)["suggest"]
+    assert found["gpu_share_mib"] == 3456 + 700
+    assert found["sources"]["gpu_share_mib"] == (
+        "MEMORY_LIMIT_MB + 700 MiB: nothing measured outside the pool, so MXNet's headroom "
+        "below a share (MXNet's own, measured)"
+    )
 
 
 ENGINE = '''"""Acme: a made-up scheduler that sets ACME_RANK and ACME_SIZE, every rank here."""

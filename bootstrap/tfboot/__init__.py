@@ -20,13 +20,16 @@ import sys
 __version__ = "0.1.0"
 __all__ = ["ConfigError", "Settings", "apply", "last_result", "resolve", "uninstall"]
 
-# The watched modules, each with the adapter that configures it (tfboot.adapters.<name>).
-ADAPTERS = {
-    "tensorflow": "tensorflow",
-    "keras": "keras",
-    "tf_keras": "keras",
-    "jax": "jax",
-    "torch": "torch",
+# The one table of frameworks: each watched module -> the adapter that configures it
+# (tfboot.adapters.<name>) and how messages name it. Every other list of frameworks is
+# derived from it (budget.roles.NAMES; the catalogue in tfboot.frameworks); plain literals,
+# as the trampoline reads it at every interpreter start.
+FRAMEWORKS = {
+    "tensorflow": ("tensorflow", "TensorFlow"),
+    "keras": ("keras", "Keras"),
+    "tf_keras": ("keras", "Keras"),
+    "jax": ("jax", "JAX"),
+    "torch": ("torch", "PyTorch"),
 }
 _LAZY = {
     "ConfigError": "errors",
@@ -40,11 +43,11 @@ _LAZY = {
 
 def find_spec(name: str, path: "object" = None, target: "object" = None) -> "object":
     """The trampoline: this module, on ``sys.meta_path``, hands a watched import to the hooks."""
-    if name not in ADAPTERS:
+    if name not in FRAMEWORKS:
         return None
     from ._startup import activate
 
-    return activate(name, ADAPTERS)
+    return activate(name, FRAMEWORKS)
 
 
 def _start() -> None:

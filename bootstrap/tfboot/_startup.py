@@ -1,4 +1,4 @@
-"""Start-up: register the import hooks of every framework in the ``ADAPTERS`` table.
+"""Start-up: register the import hooks of every framework in the ``FRAMEWORKS`` table.
 
 ``tfboot.pth`` (``tfboot.start`` on Python 3.15+) imports the ``tfboot`` package at
 interpreter start, which puts a trampoline on ``sys.meta_path``; the first time a watched
@@ -12,16 +12,17 @@ only what ``site`` has already loaded.
 import os
 
 
-def install(adapters: "dict[str, str]") -> bool:
-    """Register the hooks of ``adapters`` (the package's ``ADAPTERS`` table: module name ->
-    adapter) once (safe to call any number of times); True if they are active."""
+def install(frameworks: "dict[str, tuple[str, str]]") -> bool:
+    """Register the hooks of ``frameworks`` (the package's ``FRAMEWORKS`` table: module name
+    -> its adapter and name) once (safe to call any number of times); True if they are
+    active."""
     try:
         if os.environ.get("TFBOOT_DISABLE", "").strip().lower() in ("1", "true", "yes", "on"):
             return False
         from . import _hook
 
         if "tensorflow" not in _hook.finder().hooks:
-            for name, adapter in adapters.items():
+            for name, (adapter, _shown) in frameworks.items():
                 _hook.when_imported(
                     name,
                     before=_hook_point(adapter, name, "before"),
@@ -35,10 +36,10 @@ def install(adapters: "dict[str, str]") -> bool:
         return False
 
 
-def activate(name: str, adapters: "dict[str, str]") -> "object":
+def activate(name: str, frameworks: "dict[str, tuple[str, str]]") -> "object":
     """The trampoline's call: install the hooks in its place, then let them find ``name``."""
     _remove_trampoline()
-    if not install(adapters):
+    if not install(frameworks):
         return None
     from . import _hook
 
@@ -54,13 +55,13 @@ def _remove_trampoline() -> None:
     sys.meta_path[:] = [f for f in sys.meta_path if f is not sys.modules.get("tfboot")]
 
 
-def without_tensorflow_hook(adapters: "dict[str, str]") -> None:
+def without_tensorflow_hook(frameworks: "dict[str, tuple[str, str]]") -> None:
     """The hooks, with none run for TensorFlow (``doctor`` applies it itself, catching errors).
 
     TensorFlow's import is still watched, so what it brings in is known to have come along.
     """
     _remove_trampoline()
-    if install(adapters):
+    if install(frameworks):
         from . import _hook
 
         _hook.finder().hooks["tensorflow"] = (None, None)

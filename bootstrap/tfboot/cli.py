@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 from . import __version__
-from .budget.roles import NAMES as FRAMEWORKS
+from .budget.roles import NAMES
 from .errors import ConfigError
 from .settings import MAX_MEMORY_MB
 from .values import digits, hide_credentials, line, quote, rows
@@ -87,11 +87,11 @@ def _refused(plans: Mapping[str, Any]) -> dict[str, ConfigError]:
 
 
 def _present() -> list[str]:
-    """The frameworks installed here, by module name."""
-    from .budget.roles import NAMES
-    from .node.versions import TENSORFLOW, installed
+    """The frameworks a budget is planned for that are installed here, by module name."""
+    from .frameworks import ADAPTERS, PLANNED
+    from .node.versions import installed
 
-    return [m for m in NAMES if installed(m, TENSORFLOW if m == "tensorflow" else ())]
+    return [m for m in PLANNED if installed(m, ADAPTERS[m].DISTRIBUTIONS)]
 
 
 def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
@@ -118,10 +118,10 @@ def _settings_rows(env: dict[str, str]) -> dict[str, Any]:
             value = hide_credentials(value)
         table[variable.name] = {"value": value, "source": source}
     if cluster is not None:
-        from .cluster import NAMES
+        from .cluster import NAMES as CLUSTER_NAMES
 
         unset = {"value": None, "source": "default"}
-        table.update({name: cluster["given"].get(name, unset) for name in NAMES})
+        table.update({name: cluster["given"].get(name, unset) for name in CLUSTER_NAMES})
     from .budget.caps import headroom as headroom_of
     from .frameworks import ADAPTERS
     from .node.versions import TENSORFLOW, installed
@@ -320,8 +320,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     asked = args.framework or ["tensorflow"]
     missing = [m for m in asked if importlib.util.find_spec(m) is None]
     if missing:  # one line, as selftest says it: no traceback for an expected condition
-        present = [m for m in FRAMEWORKS if m not in missing and importlib.util.find_spec(m)]
-        names = ", ".join(FRAMEWORKS[m] for m in missing)
+        from .frameworks import PLANNED
+
+        present = [m for m in PLANNED if m not in missing and importlib.util.find_spec(m)]
+        names = ", ".join(NAMES[m] for m in missing)
         other = f"--framework {' / '.join(present)}" if present else "none is installed"
         verb = "is" if len(missing) == 1 else "are"
         text = (f"doctor: {names} {verb} not installed in this environment ({sys.executable}): "
@@ -413,6 +415,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .frameworks import PLANNED
+
     parser = argparse.ArgumentParser(
         prog="tfboot",
         description=DESCRIPTION,
@@ -440,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--framework",
         action="append",
-        choices=tuple(FRAMEWORKS),
+        choices=PLANNED,
         help="judge the imports of this framework only (repeatable; default: every framework "
         "installed here, as the image may import any of them)",
     )
@@ -460,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument(
         "--framework",
         action="append",
-        choices=tuple(FRAMEWORKS),
+        choices=PLANNED,
         help="import this framework and report what it got (repeatable; default tensorflow); "
         "JAX and PyTorch are imported first, as Keras on them would",
     )
@@ -509,7 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     selftest.add_argument(
         "--framework",
-        choices=tuple(FRAMEWORKS),
+        choices=PLANNED,
         default="tensorflow",
         help="whose rows: TensorFlow's (default), or JAX's or PyTorch's visibility, cap "
         "and growth rows",

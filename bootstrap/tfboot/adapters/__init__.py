@@ -21,8 +21,8 @@ An adapter is a module with:
 - ``peaks(read, plan)``: each GPU's allocator peak so far (``Peak``), read through ``read``
   and never starting the framework's runtime: empty until the framework has started it.
 
-The executor (``tfboot.executor``) runs them; the start-up table maps module names to
-adapters.
+The executor (``tfboot.executor``) runs them; the package's one table (``FRAMEWORKS``) maps
+module names to adapters.
 """
 
 from __future__ import annotations

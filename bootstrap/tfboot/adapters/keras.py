@@ -11,11 +11,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..budget import Budget
+from ..budget.roles import NAMES
 from ..errors import Problem
 from . import Call, Peak, Plan, Read
 
 MODULE = "keras"
-NAME = "Keras"
+NAME = NAMES[MODULE]
 QUALIFIED = True
 OLDEST = {MODULE: (2, 12), "tf_keras": (2, 15)}  # Keras 2 as TensorFlow 2.12 bundles it; Keras 3
 DISTRIBUTIONS = ()

@@ -21,8 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-# The frameworks a budget is planned for, by module name, as messages name them.
-NAMES = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
+from .. import FRAMEWORKS
+
+# Each watched module, as messages name its framework (the package's one table).
+NAMES = {module: name for module, (_adapter, name) in FRAMEWORKS.items()}
 MODEL, ALONG, LOADER = "model", "came along", "loader"
 
 
@@ -67,6 +69,6 @@ def tensorflow_role(
         return Role(LOADER, f"{NAMES[taken[0]]} runs the model; TensorFlow is its data loader")
     if "keras" in importing:
         named = backend()
-        if named in ("jax", "torch"):
+        if named != "tensorflow" and named in NAMES:  # a backend that takes the model
             return Role(LOADER, f"Keras runs on {NAMES[named]}; TensorFlow is its data loader")
     return RUNS_MODEL

@@ -57,7 +57,7 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
     ``frameworks``: what to import (JAX and PyTorch first, as Keras on them would); every
     JAX or PyTorch in the process then gets a section under ``frameworks``.
     """
-    from .. import ADAPTERS
+    from .. import FRAMEWORKS
     from .._startup import uninstall, without_tensorflow_hook
     from . import frameworks as doctor
     from .startup import copy, not_started
@@ -70,7 +70,7 @@ def collect(verify: bool = False, frameworks: Sequence[str] = ("tensorflow",)) -
         return {"startup": {"ran": why is None, "why": why}, "copy": copy(),
                 "frameworks": doctor.collect(errors)}  # fmt: skip
     if why is None:  # apply below, catching errors, instead of failing in the import
-        without_tensorflow_hook(ADAPTERS)
+        without_tensorflow_hook(FRAMEWORKS)
     import tensorflow as tf
 
     error = None

@@ -16,6 +16,7 @@ from typing import Any
 from ..budget.roles import NAMES
 from ..errors import ConfigError
 from ..executor import results
+from ..frameworks import PLANNED
 
 SHOWN_ENV = (
     "CUDA_VISIBLE_DEVICES",
@@ -42,10 +43,11 @@ def import_frameworks(modules: Sequence[str]) -> dict[str, str]:
 
 
 def collect(errors: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """A section for every JAX or PyTorch imported in this process, or refused."""
+    """A section for every JAX or PyTorch (every framework a budget is planned for but
+    TensorFlow, which has its own report) imported in this process, or refused."""
     found = results()
     sections = {}
-    for module in (m for m in NAMES if m != "tensorflow"):  # TensorFlow has its own report
+    for module in (m for m in PLANNED if m != "tensorflow"):
         if module not in sys.modules and module not in errors:
             continue
         result = found.get(module)
@@ -53,8 +55,8 @@ def collect(errors: dict[str, str]) -> dict[str, dict[str, Any]]:
         if result is not None:
             section |= result.section()
             section["error"] = section["error"] or errors.get(module)
-        if module in sys.modules:
-            section |= _jax(sys.modules[module]) if module == "jax" else _torch(sys.modules[module])
+        if module in sys.modules and module in DEVICES:
+            section |= DEVICES[module](sys.modules[module])
         section["environ"] = {k: os.environ[k] for k in SHOWN_ENV if k in os.environ}
         sections[module] = section
     return sections
@@ -110,6 +112,10 @@ def _torch(torch: Any) -> dict[str, Any]:
         },
         "shm": _shm(),
     }
+
+
+# What a framework's own calls say of its devices, memory and threads, by module.
+DEVICES = {"jax": _jax, "torch": _torch}
 
 
 def _shm() -> dict[str, Any]:

@@ -20,6 +20,7 @@ from ..adapters.torch import MEM_GET_INFO, fraction_of
 from ..budget.gpus import cap_over_gpu
 from ..budget.hostmemory import DataDefaults
 from ..budget.malloc import Watch
+from ..budget.roles import NAMES
 from ..errors import ConfigError, Problem
 from ..frames import hidden
 from ..node.versions import parse
@@ -86,7 +87,7 @@ def torch_caps(torch: ModuleType, caps: dict[int, int], given: str) -> str | Non
                 total = torch.cuda.get_device_properties(ordinal).total_memory
             if cap * (1 << 20) > total:
                 raise ConfigError(
-                    cap_over_gpu(given, cap, total >> 20, f"cuda:{ordinal}"), "PyTorch"
+                    cap_over_gpu(given, cap, total >> 20, f"cuda:{ordinal}"), NAMES["torch"]
                 )
             torch.cuda.set_per_process_memory_fraction(cap * (1 << 20) / total, ordinal)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..adapters import Plan
-from ..budget.roles import ALONG, Role
+from ..budget.roles import ALONG, NAMES, Role
 from ..settings import Settings
 from ..values import line, rows
 
@@ -25,7 +25,7 @@ from ..values import line, rows
 class Result:
     """The outcome of configuring one framework."""
 
-    framework: str = "TensorFlow"
+    framework: str = NAMES["tensorflow"]
     disabled: bool = False
     settings: Settings | None = None
     plan: Plan | None = None

@@ -13,11 +13,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..budget.roles import NAMES
+from ..frameworks import PLANNED
 
-BACKENDS = {"jax": "jax", "torch": "torch", "pytorch": "torch", "tensorflow": "tensorflow"}
+
+def _words(module: str) -> tuple[str, ...]:
+    """How a spec names a framework: its name and its module, in lower case (pytorch, torch)."""
+    return tuple(dict.fromkeys((NAMES[module].lower(), module)))
+
+
+# The frameworks as the checker goes through them, the table's later rows first: TensorFlow,
+# its first and the one assumed where nothing is named, last (an image's words; the
+# headroom each of the others keeps, in messages: "PyTorch and JAX need 1024 MiB").
+ORDER = tuple(reversed(PLANNED))
+# KERAS_BACKEND's word -> the framework Keras 3 then runs on (jax, torch or pytorch, ...)
+BACKENDS = {word: module for module in ORDER for word in _words(module)}
 TORCHRUN = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
-IMAGE_WORDS = (("pytorch", "torch"), ("torch", "torch"), ("jax", "jax"),
-               ("tensorflow", "tensorflow"))  # fmt: skip
+IMAGE_WORDS = tuple((word, module) for module in ORDER for word in _words(module))
 
 
 def framework_of(spec: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, str] | None:

@@ -25,7 +25,7 @@ from ..frameworks import HEADROOMS
 from ..node.visible import NVIDIA_VISIBLE
 from ..settings import HEADROOM as VARIABLE
 from ..settings import Settings, resolve
-from .framework import framework_of, judged
+from .framework import ORDER, framework_of, judged
 
 ADVISED = "tensorflow"  # the framework whose headroom an advised cap keeps: the largest
 NCCL_NAMES = ("DISTRIBUTED", "VISIBLE_GPU", *CLUSTER_NAMES)  # what decides where NCCL runs
@@ -104,7 +104,7 @@ def advice(env: Mapping[str, str], gpus: int, spec: Mapping[str, Any] | None = N
     found = framework_of(spec or {}, env)
     if found is None:
         by_mib: dict[int, list[str]] = {}
-        for module in (ADVISED, *(m for m in HEADROOMS if m != ADVISED)):
+        for module in (ADVISED, *(m for m in ORDER if m != ADVISED)):
             by_mib.setdefault(room(module).mib, []).append(NAMES[module])
         rooms = tuple((" and ".join(names), mib) for mib, names in by_mib.items())
         return Advice(room(ADVISED), rooms, judged=judged(None))

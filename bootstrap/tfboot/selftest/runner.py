@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..adapters.tensorflow import GROWTH_ENV
+from ..budget.roles import NAMES
 from ..node.nccl import readiness, why_needed
 from ..node.visible import mig_instances
 from ..settings import ALL_NAMES
@@ -53,7 +54,8 @@ class Report:
     error_status: int = 1  # 2 when the options did not fit this node
     nccl: dict[str, Any] = field(default_factory=dict)  # /dev/shm and memlock, measured
     mig: list[str] = field(default_factory=list)  # MIG instances the environment names
-    framework: str = "TensorFlow"  # whose rows (``tensorflow`` holds that framework's version)
+    # whose rows (``tensorflow`` holds that framework's version)
+    framework: str = NAMES["tensorflow"]
 
     @property
     def exit_status(self) -> int:
@@ -80,7 +82,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         counts = {s.lower(): sum(r.status == s for r in self.rows) for s in (PASS, FAIL, SKIP)}
         return {
-            "tensorflow": self.tensorflow if self.framework == "TensorFlow" else None,
+            "tensorflow": self.tensorflow if self.framework == NAMES["tensorflow"] else None,
             "framework": self.framework,
             "version": self.tensorflow,
             "gpus": self.gpus,

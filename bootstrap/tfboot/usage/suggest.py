@@ -200,9 +200,9 @@ def _headroom(records: Sequence[dict[str, Any]]) -> tuple[int, str]:
     """The largest headroom ``MEMORY_LIMIT_MB=auto`` keeps for the runs' frameworks, by the
     one rule (``budget.caps.headroom``) under the settings of an empty environment."""
     used = {gpu.get("framework") for record in records for gpu in record.get("gpus") or []}
-    seen = [module for module, name in NAMES.items() if name in used] or ["tensorflow"]
+    seen = [module for module in HEADROOMS if NAMES[module] in used] or ["tensorflow"]
     settings = resolve({})
-    rooms = {m: headroom(settings, {}, HEADROOMS.get(m), NAMES[m]) for m in seen}
+    rooms = {m: headroom(settings, {}, HEADROOMS[m], NAMES[m]) for m in seen}
     module = max(seen, key=lambda m: rooms[m].mib)
     return rooms[module].mib, f"{NAMES[module]}'s headroom below a share ({rooms[module].why})"
 
