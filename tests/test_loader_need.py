@@ -22,7 +22,7 @@ BATCHES_30 = Batches(workers=2, prefetch=2, size=30 * MIB)  # 150 MiB with the o
 
 
 def docker(mib: int) -> str:
-    return give_more(mib, {}, docker=True)
+    return give_more(mib, docker=True)
 
 
 def test_workers_over_the_cpu_quota_are_said_once_per_quota() -> None:
@@ -107,3 +107,17 @@ def test_a_worker_dead_of_sigbus_asks_for_twice_dev_shm_s_size() -> None:
 def test_sizes_are_said_and_rounded_as_every_message_gives_them() -> None:
     assert (shown(4 * MIB), shown(12 * MIB), shown(MIB // 2)) == ("4.0", "12", "0.5")
     assert [size_for(mib) for mib in (0, 1, 64, 64.5, 150, 180)] == [64, 64, 64, 128, 192, 192]
+
+
+def test_the_fix_is_the_engine_s_where_its_launcher_runs() -> None:
+    """A Pod's fix is a memory emptyDir, a Slurm job's the node's /dev/shm; a Slurm node in
+    a Pod gets the Pod's; elsewhere no engine has its own (Docker's is said then)."""
+    from tfboot.cluster.engines import shm_fix
+
+    pod = shm_fix(512, {"KUBERNETES_SERVICE_HOST": "10.96.0.1"})
+    assert pod is not None and "emptyDir with medium: Memory and sizeLimit: 512Mi" in pod
+    slurm = shm_fix(512, {"SLURM_JOB_ID": "7"})
+    assert slurm is not None and "/dev/shm is the node's on Slurm" in slurm
+    assert "--shm-size=512m" in slurm
+    assert shm_fix(512, {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "SLURM_JOB_ID": "7"}) == pod
+    assert shm_fix(512, {"OMPI_COMM_WORLD_RANK": "0"}) is None

@@ -5,7 +5,8 @@ should get once it is full.
 A loader holds up to ``num_workers x prefetch_factor`` batches in ``/dev/shm`` and one in
 use; ``/dev/shm``'s pages count against the memory limit. Pure: ``executor.loader`` reads the
 quota, ``/dev/shm`` and the memory limit as a loader starts, and words the fix for the
-engine the job runs on (``node.shm.give_more``) where a verdict asks for one.
+engine the job runs on (``cluster.engines.shm_fix``, else ``node.shm.give_more``) where a
+verdict asks for one.
 """
 
 from __future__ import annotations

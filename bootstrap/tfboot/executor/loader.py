@@ -234,8 +234,11 @@ def _full_text(size: int | None, workers: int, prefetch: int, sending: bool = Fa
 
 
 def _fix(mib: int) -> str:
-    """How to give ``/dev/shm`` ``mib`` MiB on the engine this job runs on."""
-    return give_more(mib, os.environ, in_docker())
+    """How to give ``/dev/shm`` ``mib`` MiB on the engine this job runs on: its own
+    (``cluster.engines.shm_fix``), else Docker's."""
+    from ..cluster.engines import shm_fix
+
+    return shm_fix(mib, os.environ) or give_more(mib, in_docker())
 
 
 def _nbytes(data: Any) -> int:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 PATH = "/dev/shm"
@@ -93,17 +92,10 @@ def docker_flag(mib: int) -> str:
     return "--shm-size=1g" if mib == 1024 else f"--shm-size={mib}m"
 
 
-def give_more(mib: int, env: Mapping[str, str], docker: bool) -> str:
-    """How to give ``/dev/shm`` ``mib`` MiB on the engine this job runs on (``env``'s, and
-    ``docker``: the process is in a Docker container): the one fix every message names."""
+def give_more(mib: int, docker: bool) -> str:
+    """How to give ``/dev/shm`` ``mib`` MiB outside an engine that says its own
+    (``cluster.engines.shm_fix``; ``docker``: the process is in a Docker container)."""
     flag = docker_flag(mib)
-    if env.get("KUBERNETES_SERVICE_HOST"):
-        return (f"mount {memory_volume(f'{mib}Mi')} (it counts against the container's "
-                "memory limit: raise limits.memory by as much)")  # fmt: skip
-    if env.get("SLURM_JOB_ID"):
-        return (f"{PATH} is the node's on Slurm, shared by every job there: ask for a node "
-                f"whose {PATH} has {mib} MiB free, or run the step in a container with "
-                f"{flag}")  # fmt: skip
     if docker:
         return f"docker run {flag} (Compose: shm_size: {flag.partition('=')[2]})"
     return f"docker run {flag}; on Kubernetes {memory_volume(f'{mib}Mi')}"

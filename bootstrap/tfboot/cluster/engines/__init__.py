@@ -85,6 +85,11 @@ class Engine:
         """Why a process of this engine's job is no task of it (None: it is one)."""
         return None
 
+    def shm_fix(self, mib: int, env: Mapping[str, str]) -> str | None:
+        """How to give ``/dev/shm`` ``mib`` MiB where this process runs under the engine's
+        launcher, whatever ``DISTRIBUTED`` says (None: not under it, or nothing of its own)."""
+        return None
+
     def given(self, cluster: ClusterSettings, mode: str) -> tuple[str, str]:
         """The variable and value that set the task types, for a refusal."""
         if "DIST_TASKS" in cluster.given:
@@ -246,6 +251,12 @@ def identify(mode: str, cluster: ClusterSettings, env: Mapping[str, str],
         return Identity("child", sources={"single": why})
     engine = BY_NAME.get(detect(mode, cluster, env))
     return Identity("single") if engine is None else engine.identify(cluster, env)
+
+
+def shm_fix(mib: int, env: Mapping[str, str]) -> str | None:
+    """How to give ``/dev/shm`` ``mib`` MiB under the launcher this process runs under, the
+    outermost first (a Pod may hold a Slurm node, not the reverse); None: under none."""
+    return next((f for e in reversed(ENGINES) if (f := e.shm_fix(mib, env))), None)
 
 
 def runs() -> tuple[Run, ...]:

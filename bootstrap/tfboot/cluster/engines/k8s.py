@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ...errors import ConfigError, Problem
+from ...node.shm import memory_volume
 from ...values import digits, nonblank
 from .. import TASK_TYPES
 from ..variables import ClusterSettings
@@ -31,6 +32,12 @@ class Kubernetes(Engine):
 
     def build(self, cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
         return _k8s(cluster, env)
+
+    def shm_fix(self, mib: int, env: Mapping[str, str]) -> str | None:
+        if not env.get("KUBERNETES_SERVICE_HOST"):
+            return None
+        return (f"mount {memory_volume(f'{mib}Mi')} (it counts against the container's "
+                "memory limit: raise limits.memory by as much)")  # fmt: skip
 
     def at_run_time(self, cluster: ClusterSettings,
                     env: Mapping[str, str]) -> tuple[list[dict[str, str]], str]:  # fmt: skip

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ...errors import ConfigError, Problem
+from ...node.shm import PATH, docker_flag
 from ...values import digits, nonblank
 from .. import Run
 from ..hostlist import DISTRIBUTIONS, Distribution, expand_counts, expand_hosts
@@ -44,6 +45,13 @@ class Slurm(Engine):
 
     def build(self, cluster: ClusterSettings, env: Mapping[str, str]) -> Identity:
         return _slurm(cluster, env)
+
+    def shm_fix(self, mib: int, env: Mapping[str, str]) -> str | None:
+        if not env.get("SLURM_JOB_ID"):
+            return None
+        return (f"{PATH} is the node's on Slurm, shared by every job there: ask for a node "
+                f"whose {PATH} has {mib} MiB free, or run the step in a container with "
+                f"{docker_flag(mib)}")  # fmt: skip
 
     def at_run_time(self, cluster: ClusterSettings,
                     env: Mapping[str, str]) -> tuple[list[dict[str, str]], str]:  # fmt: skip
