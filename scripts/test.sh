@@ -42,8 +42,8 @@ venv() {  # venv DIR REQUIREMENTS [PYTHON]
     # No cache: a cold machine would keep a second copy of every wheel it downloads.
     "$1/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir -r "$2"
 }
-# A cold run needs about 30 GB: the environments, the images and the tests' own files.
-say "$(df -Ph . | awk 'NR == 2 {print $4}') free on this disk; a cold run takes about 30 GB"
+# A cold run needs about 20 GB: the environments (12), the images (8) and the tests' files.
+say "$(df -Ph . | awk 'NR == 2 {print $4}') free on this disk; a cold run takes about 20 GB"
 say "preparing .venv, .venv-nightly and the version matrix"
 venv .venv requirements/test.txt
 venv .venv-nightly requirements/nightly.txt
