@@ -292,7 +292,7 @@ def release_ports() -> None:
 
 
 # The version matrix's environment of the newest JAX, on a newer Python than the test
-# environment's (JAX 0.11 and later need Python 3.12 or later), with Keras 3 and PyTorch.
+# environment's (JAX 0.11 and later need Python 3.12 or later), with Keras 3.
 NEWER_PYTHON = "0.12-py3.13"
 # Code that counts the threads in JAX's CPU client pool (named tf_XLAEigen from JAX 0.8.3):
 # ``jax_pool()``, after a computation.

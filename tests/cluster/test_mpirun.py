@@ -15,11 +15,20 @@ import json
 import shutil
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
-from support import scenario_env, unavailable
-from tfboot.cluster.engines import BY_NAME, PORT_BLOCK, PORTS, detect, identify, runs
+from support import free_ports, scenario_env, unavailable
+from tfboot.cluster import RUNS
+from tfboot.cluster.engines import (
+    BY_NAME,
+    PORT_BLOCK,
+    PORTS,
+    detect,
+    drawn_port,
+    identify,
+)
 from tfboot.cluster.plan import plan_cluster
 from tfboot.errors import ConfigError
 from tfboot.frameworks import ADAPTERS
@@ -46,6 +55,12 @@ def mpirun(tmp_path: Path, ranks: int, env: dict[str, str], *argv: str,
     return read
 
 
+def held(ranks: int) -> str:
+    """``DIST_PORT`` for a job of ``ranks`` on this machine: consecutive ports held for the
+    test (``free_ports``), where a port drawn from the job could meet another test's."""
+    return str(free_ports(ranks)[0])
+
+
 def _text(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
@@ -64,7 +79,7 @@ def trained_alone(script: str, *argv: str) -> list[float]:
 def test_one_mpirun_line_forms_the_group_and_trains_as_one_process(
     tmp_path: Path, framework: str, ranks: int
 ) -> None:
-    env = {"DISTRIBUTED": "auto", "DIST_STARTUP_TIMEOUT": "120"}
+    env = {"DISTRIBUTED": "auto", "DIST_STARTUP_TIMEOUT": "120", "DIST_PORT": held(ranks)}
     read = mpirun(tmp_path, ranks, env, sys.executable, str(HERE / "dp_train.py"), framework,
                   "multi")  # fmt: skip
     found = [json.loads(out.splitlines()[-1]) for out, _ in read]
@@ -82,16 +97,16 @@ def test_one_mpirun_line_forms_the_group_and_trains_as_one_process(
 @pytest.mark.multiworker  # several framework processes together, one group at a time
 @pytest.mark.xdist_group("multiworker")
 def test_tensorflow_s_multi_worker_strategy_under_mpirun(tmp_path: Path) -> None:
-    read = mpirun(tmp_path, 2, {"DISTRIBUTED": "mpirun"}, sys.executable,
+    port = held(2)
+    read = mpirun(tmp_path, 2, {"DISTRIBUTED": "mpirun", "DIST_PORT": port}, sys.executable,
                   str(HERE / "mw_train.py"), "multi")  # fmt: skip
     found = [json.loads(out.splitlines()[-1]) for out, _ in read]
     assert [f["rank"] for f in found] == [0, 1] and {f["replicas"] for f in found} == {2}
     assert found[0]["weights"] == pytest.approx(trained_alone("mw_train.py"), rel=1e-6)
     config = json.loads(found[1]["tf_config"])
-    base = int(config["cluster"]["worker"][0].rpartition(":")[2])
+    base = int(port)
     assert config == {"cluster": {"worker": [f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"]},
                       "task": {"type": "worker", "index": 1}}  # fmt: skip
-    assert (base - PORTS[0]) % PORT_BLOCK == 0  # drawn from the job: a block's first port
     assert "cluster: worker 1 of 2 (mpirun; TF_CONFIG built" in read[1][1]
 
 
@@ -145,6 +160,10 @@ def test_each_framework_gets_the_same_ranks(recorded: list[dict[str, str]]) -> N
     tensorflow = plan("TensorFlow", recorded[1]).launch
     config = json.loads(tensorflow.environ["TF_CONFIG"])
     assert config["cluster"]["worker"] == [f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"]
+    namespace = recorded[1]["PMIX_NAMESPACE"]  # the same in every rank: the job's port block
+    assert namespace == recorded[0]["PMIX_NAMESPACE"]
+    assert port == drawn_port(zlib.crc32(namespace.encode()))
+    assert (port - PORTS[0]) % PORT_BLOCK == 0
     ours = plan("PyTorch", {**recorded[1], "DIST_PORT": "23000"}).launch.environ
     assert ours["MASTER_PORT"] == "23000"
 
@@ -177,9 +196,10 @@ def test_the_contract_s_counts_must_be_mpirun_s(recorded: list[dict[str, str]]) 
 
 
 def test_the_usage_report_groups_the_ranks_as_one_run(recorded: list[dict[str, str]]) -> None:
-    found = [next(run.of(env) for run in runs() if run.of(env)) for env in recorded]
+    found = [next(run.of(env) for run in RUNS if run.of(env)) for env in recorded]
     assert found[0][0] == found[1][0] and found[0][0].startswith("mpirun-")
     assert [lead for _, lead in found] == [True, False]
+    assert BY_NAME["mpirun"].run is RUNS[0]  # the engine's own, before Slurm's
 
 
 def test_check_puts_one_node_in_place_of_mpirun_s_variables() -> None:

@@ -2,8 +2,10 @@
 
 Only the variable names and the modes live here, so the settings and the ``.env`` reader
 know them; the modules that read them load only when ``DISTRIBUTED`` is not ``off``. The
-modes are the engines' files (``engines/``), listed, not imported. A torchrun's run is
-here too (``TORCHRUN_RUN``); ``engines.runs`` adds it to the engines' own.
+modes are the engines' files (``engines/``), listed, not imported. The runs the
+launchers name are here too (``RUNS``, each engine's ``run`` one of them): the usage report
+groups a job's processes by them whatever ``DISTRIBUTED`` is, and loads no cluster code for
+it.
 """
 
 from __future__ import annotations
@@ -52,4 +54,8 @@ class Run:
         return f"{self.prefix}{'.'.join(values)[:100]}", lead
 
 
-TORCHRUN_RUN = Run("torchrun-", (TORCHRUN,), "RANK")  # a torchrun's ranks (rank 0 leads)
+MPIRUN_RUN = Run("mpirun-", ("PMIX_NAMESPACE", "OMPI_COMM_WORLD_SIZE"), "OMPI_COMM_WORLD_RANK")
+SLURM_RUN = Run("slurm-", ("SLURM_JOB_ID", "SLURM_STEP_ID"), "SLURM_PROCID")
+# An mpirun's ranks (rank 0 leads; first: mpirun in a Slurm job starts them through Slurm),
+# a Slurm step's tasks (task 0 leads), a torchrun's ranks (rank 0 leads), in that order.
+RUNS = (MPIRUN_RUN, SLURM_RUN, Run("torchrun-", (TORCHRUN,), "RANK"))

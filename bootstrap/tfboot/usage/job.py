@@ -9,7 +9,7 @@ processes, its *members*, leave their final records; at its end it reads them, s
 GPUs). Members log their line at debug only.
 
 Processes that share no parent still form one job when a launcher says so
-(``cluster.engines.runs``): the tasks of a Slurm step (task 0 leads) and the ranks of a
+(``cluster.RUNS``): the tasks of a Slurm step (task 0 leads) and the ranks of a
 ``torchrun`` whose launcher reported nothing (rank 0 leads).
 """
 
@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..cluster.engines import runs
+from ..cluster import RUNS
 from ..provenance import TFBOOT, writer
 from .schema import Unusable, read
 
@@ -76,7 +76,7 @@ def _alive(pid: int) -> bool:
 
 def _launcher(env: Mapping[str, str]) -> tuple[str, bool] | None:
     """A run a launcher names for processes that share no parent: (id, whether this one leads)."""
-    return next((found for run in runs() if (found := run.of(env)) is not None), None)
+    return next((found for run in RUNS if (found := run.of(env)) is not None), None)
 
 
 def identify(env: Mapping[str, str]) -> Job:

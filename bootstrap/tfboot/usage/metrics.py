@@ -16,7 +16,7 @@ import os
 import re
 from typing import Any
 
-from ..cluster.engines import runs
+from ..cluster import RUNS
 from .measure import MIB
 
 PACKAGE = "prometheus_client"
@@ -116,7 +116,7 @@ def identity(record: dict[str, Any]) -> dict[str, str]:
         if labels.get(key):
             found[key] = labels[key]
     run = (record.get("run") or {}).get("id")
-    launched = tuple(r.prefix for r in runs())  # the runs a launcher names
+    launched = tuple(r.prefix for r in RUNS)  # the runs a launcher names
     if isinstance(run, str) and run and (run.startswith(launched) or "namespace" not in found):
         found["run"] = run
     return found

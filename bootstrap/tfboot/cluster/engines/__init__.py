@@ -8,8 +8,9 @@ which each framework's writer turns into its own values (``TF_CONFIG``, ``MASTER
 and ``RANK``, JAX's coordinator). Each engine's file is a mode of ``DISTRIBUTED``;
 ``auto`` tries a ``TF_CONFIG`` someone else set first (``FoundTfConfig``, here), then the
 engines by their ``order``. An engine also answers what the rest of tfboot would otherwise
-ask by its name: the run it names for the usage report, whether JAX's own detection finds
-the same job, where a process of its job is no task, and what ``tfboot check`` puts in
+ask by its name: its launcher's run for the usage report (a row of ``cluster.RUNS``, which
+the report reads without loading the engines), whether JAX's own detection finds the same
+job, where a process of its job is no task, and what ``tfboot check`` puts in
 place of the variables its launcher sets only at run time.
 
 A child of a task is no task. The process that takes a place in the cluster records its
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from ...errors import ConfigError, Problem
 from ...provenance import TFBOOT, writer
 from ...values import nonblank
-from .. import TASK_TYPES, TORCHRUN_RUN, Run
+from .. import TASK_TYPES, Run
 from ..tfconfig import VARIABLE, check, to_json, validate
 from ..variables import ClusterSettings
 from ..world import Cluster
@@ -65,7 +66,7 @@ class Engine:
 
     name = ""
     order = 50  # DISTRIBUTED=auto tries the engines present in this order, lowest first
-    run: Run | None = None  # the run its launcher names for the usage report, if any
+    run: Run | None = None  # its launcher's run for the usage report, a row of cluster.RUNS
     jax_detects = False  # JAX's own cluster detection finds the same job: left on
     fix_types = "give DIST_TASKS only chief and worker tasks (such as worker=4)"
 
@@ -257,13 +258,6 @@ def shm_fix(mib: int, env: Mapping[str, str]) -> str | None:
     """How to give ``/dev/shm`` ``mib`` MiB under the launcher this process runs under, the
     outermost first (a Pod may hold a Slurm node, not the reverse); None: under none."""
     return next((f for e in reversed(ENGINES) if (f := e.shm_fix(mib, env))), None)
-
-
-def runs() -> tuple[Run, ...]:
-    """Every run a launcher names, which the usage report groups a job's processes by
-    whatever ``DISTRIBUTED`` is: each engine's (a Slurm step's tasks, task 0 leading), in
-    the engines' order, then a torchrun's."""
-    return (*(engine.run for engine in ENGINES if engine.run is not None), TORCHRUN_RUN)
 
 
 def _discovered() -> tuple[Engine, ...]:

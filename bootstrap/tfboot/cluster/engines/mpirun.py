@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from ...errors import ConfigError, Problem
 from ...values import digits, nonblank
-from .. import TASK_TYPES, Run
+from .. import MPIRUN_RUN, TASK_TYPES
 from ..tfconfig import check_address
 from ..variables import ClusterSettings
 from ..world import World
@@ -39,7 +39,7 @@ class Mpirun(Engine):
 
     name = "mpirun"
     order = 10  # before Slurm: mpirun in a Slurm job starts its ranks through Slurm
-    run = Run("mpirun-", (NAMESPACE, SIZE), RANK)
+    run = MPIRUN_RUN  # its ranks, by PMIX_NAMESPACE and the size (rank 0 leads)
     jax_detects = True  # JAX's OmpiCluster reads the same ranks
 
     def present(self, cluster: ClusterSettings, env: Mapping[str, str]) -> bool:

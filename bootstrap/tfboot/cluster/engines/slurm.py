@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from ...errors import ConfigError, Problem
 from ...node.shm import PATH, docker_flag
 from ...values import digits, nonblank
-from .. import Run
+from .. import SLURM_RUN
 from ..hostlist import DISTRIBUTIONS, Distribution, expand_counts, expand_hosts
 from ..variables import ClusterSettings
 from . import PORT_BLOCK, Engine, Identity, by_rank, check_ports, count_tasks, drawn_port
@@ -30,8 +30,7 @@ class Slurm(Engine):
 
     name = "slurm"
     order = 20
-    # A Slurm step's tasks (task 0 leads)
-    run = Run("slurm-", ("SLURM_JOB_ID", "SLURM_STEP_ID"), "SLURM_PROCID")
+    run = SLURM_RUN  # a Slurm step's tasks (task 0 leads)
     jax_detects = True  # JAX's SlurmCluster reads the same step
 
     def present(self, cluster: ClusterSettings, env: Mapping[str, str]) -> bool:
